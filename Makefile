@@ -1,0 +1,43 @@
+# bildlib: `make fig4` runs the main job, `make test` the tests. Both create .venv first if needed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.bildlib-installed
+# Triton (extra `cuda`) has Linux wheels only; on Linux it also runs the kernel tests on CPU.
+EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda,dev)
+comma := ,
+# On this project's machines Multi30k sits in ../shared/data (see README, Data).
+SHARED_DATA := $(abspath ../shared/data)
+export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: setup test lint fig4 tokenizer clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e '.[$(EXTRAS)]'
+	@touch $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# pytest exits non-zero on any failure and with 5 when it collected no test: both fail `make`.
+test: lint
+	$(BIN)/pytest
+
+fig4: $(STAMP)
+	@if [ ! -f notebooks/fig4.ipynb ]; then \
+	  echo "make fig4: notebooks/fig4.ipynb does not exist yet (the experiment harness is not built);" \
+	       "no figure was produced." >&2; exit 1; fi
+	@mkdir -p build/notebooks
+	$(BIN)/papermill notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+
+# Rebuilds the committed tokenizer (deterministic: the same bytes each time).
+tokenizer: $(STAMP)
+	$(BIN)/python -m bildlib.tokenizer --out data/checkpoints/multi30k-tokenizer
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,297 @@
+"""Evaluation and training data: one interface for translation and summarization splits.
+
+A `Split` is a list of (source, reference) pairs plus the `Task` it belongs to.
+
+- Multi30k De->En, the embedded default, is read from its raw gzip files. Lookup order:
+  `$BILD_DATA_DIR/multi30k/`, then `data/multi30k/` in the checkout, then a download from
+  the multi30k/dataset GitHub repository into `data/multi30k/`, checked against SHA-256.
+- The paper's hub datasets (IWSLT 2017, WMT 2014, XSUM, CNN/DailyMail) go through
+  `datasets.load_dataset`; without network they fail at once with a message that names the
+  dataset and says how to get it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import socket
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bildlib import REPO_ROOT
+
+TASK_KINDS = ("translation", "summarization")
+
+
+class DataError(ValueError):
+    """A data file is missing, empty, corrupt or inconsistent; the message names the file."""
+
+
+class ChecksumError(DataError):
+    """A downloaded file does not have the expected SHA-256."""
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A hub dataset could not be loaded (no network and no cached copy)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # e.g. "multi30k", "xsum"
+    kind: str  # "translation" | "summarization"
+    source_lang: str
+    target_lang: str
+    prefix: str = ""  # prepended to every source before tokenization, e.g. "summarize: "
+
+    def __post_init__(self):
+        if self.kind not in TASK_KINDS:
+            raise ValueError(f"Task.kind must be one of {TASK_KINDS}, got {self.kind!r}")
+
+
+@dataclass
+class Split:
+    task: Task
+    split: str
+    pairs: list[tuple[str, str]] = field(repr=False)  # (source, reference)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+    @property
+    def sources(self) -> list[str]:
+        return [s for s, _ in self.pairs]
+
+    @property
+    def references(self) -> list[str]:
+        return [r for _, r in self.pairs]
+
+    def head(self, n: int) -> Split:
+        """The first n pairs (a fixed, reproducible subset)."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        return Split(self.task, self.split, self.pairs[:n])
+
+
+# --------------------------------------------------------------------------- Multi30k
+
+MULTI30K = Task("multi30k", "translation", "de", "en")
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr")
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+# SHA-256 of the raw files (data/task1/raw/ of github.com/multi30k/dataset), computed on the
+# copies this project was developed with.
+MULTI30K_SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+}
+
+
+def multi30k_candidates() -> list[Path]:
+    """Folders searched for the Multi30k files, in order."""
+    dirs = []
+    if os.environ.get("BILD_DATA_DIR"):
+        dirs.append(Path(os.environ["BILD_DATA_DIR"]) / "multi30k")
+    dirs.append(REPO_ROOT / "data" / "multi30k")
+    return dirs
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(url: str, dest: Path, expected_sha256: str, timeout: float = 60.0) -> Path:
+    """Fetch url into dest atomically: nothing lands at dest unless its SHA-256 matches."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            for block in iter(lambda: resp.read(1 << 20), b""):
+                out.write(block)
+        got = sha256(Path(tmp))
+        if got != expected_sha256:
+            raise ChecksumError(
+                f"{url} downloaded to {dest} has SHA-256 {got}, expected {expected_sha256}; "
+                "the file was not kept"
+            )
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return dest
+
+
+def multi30k_files(split: str, download_missing: bool = True) -> tuple[Path, Path]:
+    """(source, target) gzip files of a Multi30k split, found or downloaded (see module doc)."""
+    if split not in MULTI30K_SPLITS:
+        raise ValueError(f"split must be one of {MULTI30K_SPLITS}, got {split!r}")
+    names = [f"{split}.{lang}.gz" for lang in (MULTI30K.source_lang, MULTI30K.target_lang)]
+    candidates = multi30k_candidates()
+    for d in candidates:
+        if all((d / n).is_file() for n in names):
+            return d / names[0], d / names[1]
+    searched = ", ".join(str(d) for d in candidates)
+    if not download_missing:
+        raise FileNotFoundError(f"Multi30k files {names} not found in {searched}")
+    base = os.environ.get("BILD_MULTI30K_URL", MULTI30K_URL).rstrip("/")
+    dest = REPO_ROOT / "data" / "multi30k"
+    try:
+        for n in names:
+            if not (dest / n).is_file():
+                download(f"{base}/{n}", dest / n, MULTI30K_SHA256[n])
+    except OSError as e:  # URLError and timeouts are OSErrors; a ChecksumError propagates as is
+        raise FileNotFoundError(
+            f"Multi30k files {names} not found in {searched}, and downloading them from {base} failed "
+            f"({e}). Put the raw files (data/task1/raw/ of github.com/multi30k/dataset) in one of those "
+            "folders, or point BILD_DATA_DIR at a folder that holds multi30k/."
+        ) from e
+    return dest / names[0], dest / names[1]
+
+
+def read_lines(path: Path) -> list[str]:
+    """Lines of a gzip text file; an empty file, an empty line or a bad gzip is a DataError."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            lines = [line.rstrip("\r\n") for line in f]
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is not a readable UTF-8 gzip text file: {e}") from e
+    if not lines:
+        raise DataError(f"{path} is empty")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            raise DataError(f"{path}:{i} is an empty line")
+    return lines
+
+
+def read_parallel(source: Path, target: Path) -> list[tuple[str, str]]:
+    src, tgt = read_lines(source), read_lines(target)
+    if len(src) != len(tgt):
+        raise DataError(f"{source} has {len(src)} lines but {target} has {len(tgt)}; they must be parallel")
+    return list(zip(src, tgt, strict=True))
+
+
+def load_multi30k(split: str = "val", download_missing: bool = True) -> Split:
+    """Multi30k De->En: train (29,000 pairs), val (1,014), test_2016_flickr and test_2017_flickr (1,000)."""
+    return Split(MULTI30K, split, read_parallel(*multi30k_files(split, download_missing)))
+
+
+# --------------------------------------------------------------------------- hub datasets
+
+
+@dataclass(frozen=True)
+class HubDataset:
+    task: Task
+    path: str  # hub repository id for datasets.load_dataset
+    config: str | None
+    source_field: str  # for translation: the field holding the {lang: text} dict
+    target_field: str | None = None  # summarization only
+
+
+HUB_DATASETS = {
+    "iwslt2017": HubDataset(
+        Task("iwslt2017", "translation", "de", "en"), "IWSLT/iwslt2017", "iwslt2017-de-en", "translation"
+    ),
+    "wmt14": HubDataset(Task("wmt14", "translation", "de", "en"), "wmt/wmt14", "de-en", "translation"),
+    "xsum": HubDataset(
+        Task("xsum", "summarization", "en", "en", "summarize: "),
+        "EdinburghNLP/xsum",
+        None,
+        "document",
+        "summary",
+    ),
+    "cnn_dailymail": HubDataset(
+        Task("cnn_dailymail", "summarization", "en", "en", "summarize: "),
+        "abisee/cnn_dailymail",
+        "3.0.0",
+        "article",
+        "highlights",
+    ),
+}
+HUB_SPLITS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub answers a TCP connection (behind a proxy we cannot tell: True)."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def load_hub(name: str, split: str = "val", n: int | None = None) -> Split:
+    """A paper dataset from the Hugging Face Hub (or its local cache), as a Split.
+
+    name: one of HUB_DATASETS; split: train | val | test; n: keep only the first n examples.
+    """
+    if name not in HUB_DATASETS:
+        raise ValueError(f"name must be one of {sorted(HUB_DATASETS)}, got {name!r}")
+    if split not in HUB_SPLITS:
+        raise ValueError(f"split must be one of {sorted(HUB_SPLITS)}, got {split!r}")
+    if n is not None and n < 1:
+        raise ValueError(f"n must be >= 1 or None, got {n}")
+    spec = HUB_DATASETS[name]
+    what = f"hub dataset {spec.path!r}" + (f" (config {spec.config!r})" if spec.config else "")
+    how = (
+        f'Run `python -c "import datasets; datasets.load_dataset({spec.path!r}'
+        + (f", {spec.config!r}" if spec.config else "")
+        + ')"` once on a machine with internet and copy its Hugging Face cache (~/.cache/huggingface, '
+        "or $HF_HOME) here; then set HF_HUB_OFFLINE=1 to use the cached copy."
+    )
+    if not _offline() and not hub_reachable():
+        raise DatasetUnavailableError(f"Cannot load {what}: the Hugging Face Hub is not reachable. {how}")
+    hf_split = HUB_SPLITS[split] + (f"[:{n}]" if n else "")
+    import datasets  # heavy import, only needed here
+
+    try:
+        ds = datasets.load_dataset(spec.path, spec.config, split=hf_split)
+    except (ConnectionError, OSError, FileNotFoundError) as e:
+        raise DatasetUnavailableError(f"Cannot load {what}: {e}. {how}") from e
+    t = spec.task
+    if t.kind == "translation":
+        pairs = [(ex[t.source_lang], ex[t.target_lang]) for ex in ds[spec.source_field]]
+    else:
+        pairs = list(zip(ds[spec.source_field], ds[spec.target_field], strict=True))
+    if not pairs:
+        raise DataError(f"{what} split {hf_split!r} is empty")
+    return Split(t, split, pairs)
+
+
+def load(name: str, split: str = "val", n: int | None = None) -> Split:
+    """Any dataset bildlib knows: "multi30k" or one of HUB_DATASETS."""
+    if name == "multi30k":
+        s = load_multi30k(split)
+        return s.head(n) if n else s
+    if name in HUB_DATASETS:
+        return load_hub(name, split, n)
+    raise ValueError(f"name must be 'multi30k' or one of {sorted(HUB_DATASETS)}, got {name!r}")
