@@ -1,0 +1,149 @@
+"""Load a seq2seq checkpoint, translate with greedy search, score with BLEU, time decoding.
+
+python -m bildlib.evaluate data/checkpoints/multi30k-small --split val
+python -m bildlib.evaluate data/checkpoints/multi30k-small data/checkpoints/multi30k-large --latency
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from bildlib import data, metrics
+from bildlib.models import load_seq2seq
+
+
+@torch.inference_mode()
+def translate(
+    model,
+    tok,
+    sources: list[str],
+    prefix: str = "",
+    batch_size: int = 64,
+    max_new_tokens: int = 128,
+    progress: bool = False,
+) -> list[str]:
+    """Greedy outputs for sources, batched by length (the order of sources is kept)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[str] = [""] * len(sources)
+    batches = range(0, len(order), batch_size)
+    for b in tqdm(batches, desc="translate", disable=not progress):
+        idx = order[b : b + batch_size]
+        enc = tok([prefix + sources[i] for i in idx], return_tensors="pt", padding=True).to(model.device)
+        gen = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
+        for i, text in zip(idx, tok.batch_decode(gen, skip_special_tokens=True), strict=True):
+            out[i] = text
+    return out
+
+
+def evaluate(
+    path: str | Path, split: str = "val", n: int | None = None, device: str = "cpu", batch_size: int = 64
+) -> dict:
+    """Greedy BLEU of a checkpoint on a Multi30k split."""
+    model, tok = load_seq2seq(path, device)
+    s = data.load("multi30k", split, n)
+    hyps = translate(model, tok, s.sources, s.task.prefix, batch_size)
+    score = metrics.bleu(hyps, s.references)
+    return {
+        "model": str(path),
+        "split": split,
+        "n": len(s),
+        "bleu": round(score.value, 2),
+        "signature": score.signature,
+        "batch_size": batch_size,
+    }
+
+
+@torch.inference_mode()
+def decode_latency(model, tok, sources: list[str], n_tokens: int = 32, repeats: int = 3) -> dict:
+    """Batch-1 decoding cost with a KV cache: median seconds of one single-token call, and of one
+    call over 10 new tokens (what BiLD's large model does), over sources and repeats; the first
+    source is a warm-up and is not counted."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    start = model.config.decoder_start_token_id
+    single, parallel = [], []
+    for r in range(repeats):
+        for j, src in enumerate(sources):
+            ids = tok(src, return_tensors="pt").input_ids.to(model.device)
+            enc = model.get_encoder()(input_ids=ids)
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            y = torch.tensor([[start]], device=model.device)
+            times = []
+            for _ in range(n_tokens):  # forced to n_tokens: EOS is not honoured, so every call is timed
+                t = time.perf_counter()
+                logits = model(encoder_outputs=enc, decoder_input_ids=y, past_key_values=cache).logits
+                y = logits[:, -1:].argmax(-1)
+                _sync(model)
+                times.append(time.perf_counter() - t)
+            cache.crop(-10)
+            t = time.perf_counter()
+            model(
+                encoder_outputs=enc,
+                decoder_input_ids=torch.randint(3, 100, (1, 10), device=model.device),
+                past_key_values=cache,
+            )
+            _sync(model)
+            if r > 0 or j > 0:
+                single += times[1:]
+                parallel.append(time.perf_counter() - t)
+    return {"per_token_s": statistics.median(single), "call10_s": statistics.median(parallel)}
+
+
+def _sync(model):
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def latency_table(paths: list[str], n_sources: int = 20, threads: int = 2) -> list[dict]:
+    """decode_latency of several checkpoints in one process, interleaved so drift hits all alike."""
+    torch.set_num_threads(threads)
+    models = [load_seq2seq(p) for p in paths]
+    sources = data.load("multi30k", "val", n_sources).sources
+    rows = {p: [] for p in paths}
+    for _ in range(3):
+        for p, (m, t) in zip(paths, models, strict=True):
+            rows[p].append(decode_latency(m, t, sources, repeats=1))
+    return [
+        {
+            "model": p,
+            "per_token_ms": 1e3 * statistics.median(x["per_token_s"] for x in rows[p]),
+            "call10_ms": 1e3 * statistics.median(x["call10_s"] for x in rows[p]),
+        }
+        for p in paths
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+", help="checkpoint folders or hub names")
+    ap.add_argument("--split", default="val", choices=data.MULTI30K_SPLITS)
+    ap.add_argument("-n", type=int, default=None, help="first n examples only")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--latency", action="store_true", help="also time batch-1 decoding (2 CPU threads)")
+    args = ap.parse_args(argv)
+    for p in args.models:
+        print(json.dumps(evaluate(p, args.split, args.n, args.device)))
+    if args.latency:
+        print(json.dumps({"machine": machine(), "latency": latency_table(args.models)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

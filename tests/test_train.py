@@ -1,0 +1,192 @@
+"""bildlib.train on tiny models and a few dozen Multi30k pairs."""
+
+import dataclasses
+import json
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+
+from bildlib import train as T
+from bildlib.evaluate import translate
+from bildlib.models import load_seq2seq, load_tokenizer
+
+TINY = dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=1, num_heads=2, d_kv=16)
+
+
+def tiny(tmp_path, name="m", **kw) -> T.TrainConfig:
+    base = dict(
+        out=str(tmp_path / name),
+        model=TINY,
+        n_train=48,
+        n_val=4,
+        epochs=2,
+        batch_size=8,
+        lr=1e-2,
+        warmup_steps=2,
+        device="cpu",
+    )
+    return T.TrainConfig(**{**base, **kw})
+
+
+def weights(cfg):
+    return load_file(f"{cfg.out}/model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, multi30k_dir):
+    cfg = tiny(tmp_path_factory.mktemp("teacher"), epochs=3)
+    log = T.train(cfg, progress=False)
+    return cfg, log
+
+
+def test_training_lowers_loss_and_saves_a_checkpoint(teacher):
+    cfg, log = teacher
+    losses = [e["train_loss"] for e in log["epochs"]]
+    assert losses[-1] < losses[0] - 0.5, losses
+    saved = json.loads((T._path(cfg.out) / "train_log.json").read_text())
+    assert saved["epochs"] == log["epochs"] and saved["signature"].startswith("nrefs:1|")
+    model = AutoModelForSeq2SeqLM.from_pretrained(cfg.out)  # plain from_pretrained
+    assert model.generation_config.decoder_start_token_id == 0 and model.generation_config.num_beams == 1
+    assert next(model.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_checkpoint_round_trip(tmp_path, dtype):
+    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    model = T.build_model(tiny(tmp_path), tok).eval()
+    T.save_checkpoint(model, tok, tmp_path / "ck", dtype)
+    loaded, tok2 = load_seq2seq(tmp_path / "ck")
+    assert next(loaded.parameters()).dtype == torch.float32  # bf16 files upcast on load
+    x = torch.tensor([[5, 6, 7, 1]])
+    ref = model.to(torch.bfloat16).float() if dtype == "bfloat16" else model
+    torch.testing.assert_close(
+        loaded(input_ids=x, decoder_input_ids=x).logits,
+        ref(input_ids=x, decoder_input_ids=x).logits,
+        rtol=0,
+        atol=1e-5,
+    )
+    assert tok2.get_vocab() == tok.get_vocab()
+
+
+def test_same_seed_same_weights(teacher, tmp_path):
+    cfg, _ = teacher
+    again = dataclasses.replace(cfg, out=str(tmp_path / "again"))
+    T.train(again, progress=False)
+    a, b = weights(cfg), weights(again)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    other = T.build_model(dataclasses.replace(cfg, seed=1), load_tokenizer(T._path(cfg.tokenizer)))
+    assert not torch.equal(other.shared.weight, a["shared.weight"])
+
+
+def test_interrupted_run_resumes_to_the_same_weights(teacher, tmp_path, monkeypatch):
+    cfg, _ = teacher
+    cut = dataclasses.replace(cfg, out=str(tmp_path / "cut"))
+    real_bleu, calls = T.metrics.bleu, []
+
+    def dies_in_epoch_2(h, r):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed during epoch 2's validation: only epoch 1 is saved
+        return real_bleu(h, r)
+
+    monkeypatch.setattr(T.metrics, "bleu", dies_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        T.train(cut, progress=False)
+    monkeypatch.setattr(T.metrics, "bleu", real_bleu)
+    log = T.train(cut, progress=False)
+    assert [e["epoch"] for e in log["epochs"]] == [1, 2, 3]
+    a, b = weights(cfg), weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="another config"):
+        T.train(dataclasses.replace(cut, lr=1e-3), progress=False)
+
+
+def test_calibration_set_is_what_the_aligned_run_trains_on(teacher, tmp_path):
+    cfg, _ = teacher
+    path = T.calibrate(cfg.out, tmp_path / "calib.parquet", n_train=cfg.n_train, device="cpu")
+    df = pd.read_parquet(path)
+    assert list(df["idx"]) == list(range(cfg.n_train))  # one output per training input, in order
+    model, tok = load_seq2seq(cfg.out)
+    sources = [s for s, _ in T.data.load_multi30k("train").pairs[: cfg.n_train]]
+    assert list(df["output"]) == translate(model, tok, sources)
+    aligned = tiny(tmp_path, "aligned", targets=str(path))
+    assert T.training_pairs(aligned) == list(zip(sources, df["output"], strict=True))
+    # cached: a second call with the same teacher does not recompute
+    stamp = path.stat().st_mtime_ns
+    assert T.calibrate(cfg.out, path, n_train=cfg.n_train) == path and path.stat().st_mtime_ns == stamp
+    # the fair comparison starts from the baseline's initial weights
+    tok = load_tokenizer(T._path(cfg.tokenizer))
+    a, b = T.build_model(cfg, tok), T.build_model(aligned, tok)
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+    with pytest.raises(ValueError, match="has 48 outputs but training uses 10 inputs"):
+        T.training_pairs(dataclasses.replace(aligned, n_train=10))
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("epochs", 0, "epochs must be >= 1"),
+        ("batch_size", -4, "batch_size must be >= 1"),
+        ("n_train", 0, "n_train must be"),
+        ("optimizer", "sgd", "optimizer must be"),
+    ],
+)
+def test_bad_config(tmp_path, field, value, match):
+    with pytest.raises(ValueError, match=match):
+        T.train(tiny(tmp_path, **{field: value}), progress=False)
+
+
+def test_unknown_model_path(tmp_path, multi30k_dir):
+    with pytest.raises(FileNotFoundError, match="does-not-exist"):
+        T.train(tiny(tmp_path, model={}, init_from=str(tmp_path / "does-not-exist")), progress=False)
+    with pytest.raises(FileNotFoundError, match="cannot load model"):
+        load_seq2seq(tmp_path / "does-not-exist")
+
+
+def test_vocabulary_mismatch(tmp_path):
+    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    small_vocab = T.build_model(tiny(tmp_path), tok)
+    small_vocab.resize_token_embeddings(100)
+    small_vocab.config.vocab_size = 100
+    small_vocab.save_pretrained(tmp_path / "v100")
+    tok.save_pretrained(tmp_path / "v100")
+    with pytest.raises(ValueError, match="tokenizer has 8000 entries but the model's vocabulary has 100"):
+        load_seq2seq(tmp_path / "v100")
+
+
+def test_empty_dataset(tmp_path, monkeypatch):
+    import gzip
+
+    d = tmp_path / "data" / "multi30k"
+    d.mkdir(parents=True)
+    for lang in ("de", "en"):
+        gzip.open(d / f"train.{lang}.gz", "wt").close()
+    monkeypatch.setenv("BILD_DATA_DIR", str(tmp_path / "data"))
+    with pytest.raises(T.data.DataError, match="train.de.gz is empty"):
+        T.train(tiny(tmp_path), progress=False)
+
+
+def test_model_cards_and_evaluate_cli(teacher, tmp_path, capsys):
+    import shutil
+
+    from bildlib import evaluate, modelcard
+
+    cfg, _ = teacher
+    for name in modelcard.NAMES:
+        shutil.copytree(cfg.out, tmp_path / name)
+    pair = modelcard.measure(tmp_path, n=8, n_latency=3)
+    c = pair["conditions"]
+    assert c["bleu_gap_val"] == 0 and c["latency_ratio_small_over_large"] > 0.5  # one model three times
+    assert c["holds"]["bleu_gap >= 4"] is False and len(c["holds"]) == 4
+    m = pair["models"]["multi30k-large"]
+    assert m["params"] == sum(p.numel() for p in load_seq2seq(cfg.out)[0].parameters())
+    text = modelcard.card("multi30k-large", m, pair)
+    assert f"**{m['val']['bleu']:.2f}**" in text and "python -m bildlib.train multi30k-large" in text
+    # the card's BLEU is what `python -m bildlib.evaluate` prints
+    evaluate.main([str(tmp_path / "multi30k-large"), "-n", "8"])
+    assert json.loads(capsys.readouterr().out)["bleu"] == m["val"]["bleu"]
