@@ -113,21 +113,26 @@ def machine() -> dict:
 
 
 def latency_table(paths: list[str], n_sources: int = 20, threads: int = 2) -> list[dict]:
-    """decode_latency of several checkpoints in one process, interleaved so drift hits all alike."""
+    """decode_latency of several checkpoints in one process (see latency_of)."""
+    return latency_of({p: load_seq2seq(p) for p in paths}, n_sources, threads)
+
+
+def latency_of(models: dict, n_sources: int = 20, threads: int = 2) -> list[dict]:
+    """decode_latency of several {name: (model, tokenizer)} in one process on the first n_sources
+    val sentences, three rounds interleaved so that drift hits all alike; medians."""
     torch.set_num_threads(threads)
-    models = [load_seq2seq(p) for p in paths]
     sources = data.load("multi30k", "val", n_sources).sources
-    rows = {p: [] for p in paths}
+    rows = {name: [] for name in models}
     for _ in range(3):
-        for p, (m, t) in zip(paths, models, strict=True):
-            rows[p].append(decode_latency(m, t, sources, repeats=1))
+        for name, (m, t) in models.items():
+            rows[name].append(decode_latency(m, t, sources, repeats=1))
     return [
         {
-            "model": p,
-            "per_token_ms": 1e3 * statistics.median(x["per_token_s"] for x in rows[p]),
-            "call10_ms": 1e3 * statistics.median(x["call10_s"] for x in rows[p]),
+            "model": name,
+            "per_token_ms": 1e3 * statistics.median(x["per_token_s"] for x in rows[name]),
+            "call10_ms": 1e3 * statistics.median(x["call10_s"] for x in rows[name]),
         }
-        for p in paths
+        for name in models
     ]
 
 

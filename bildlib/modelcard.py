@@ -1,6 +1,7 @@
 """Measure the shipped Multi30k pair in one run and write its model cards.
 
     python -m bildlib.modelcard            # all three checkpoints; about 3 minutes on 2 CPU cores
+    python -m bildlib.modelcard --sizes    # latency of random-init models of the preset sizes
 
 For each checkpoint: parameters, size on disk, greedy BLEU on val and test_2016_flickr
 (sacrebleu, signature recorded), the training log's epochs, wall time and machine. For the
@@ -19,7 +20,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 
 from bildlib import REPO_ROOT
-from bildlib.evaluate import evaluate, latency_table, machine
+from bildlib.evaluate import evaluate, latency_of, latency_table, machine
 
 CHECKPOINTS = REPO_ROOT / "data" / "checkpoints"
 NAMES = ("multi30k-small", "multi30k-large", "multi30k-small-aligned")
@@ -130,9 +131,28 @@ Reproduce the BLEU: `python -m bildlib.evaluate data/checkpoints/{name} --split 
 """
 
 
+def size_latency(threads: int = 2) -> list[dict]:
+    """Per-token latency of random-init models of the SMALL and LARGE sizes: what chose them."""
+    from bildlib.models import load_tokenizer
+    from bildlib.train import LARGE, SMALL, TrainConfig, _path, build_model
+
+    tok = load_tokenizer(_path(TrainConfig.tokenizer))
+    models = {
+        k: (build_model(TrainConfig(out="-", model=v), tok).eval(), tok)
+        for k, v in (("SMALL", SMALL), ("LARGE", LARGE))
+    }
+    rows = latency_of(models, threads=threads)
+    for r in rows:
+        r["params_m"] = round(sum(p.numel() for p in models[r["model"]][0].parameters()) / 1e6, 2)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.parse_args(argv)
+    ap.add_argument("--sizes", action="store_true", help="only time random-init models of the preset sizes")
+    if ap.parse_args(argv).sizes:
+        print(json.dumps({"machine": machine(), "latency": size_latency()}, indent=1))
+        return
     pair = measure()
     (CHECKPOINTS / "pair.json").write_text(json.dumps(pair, indent=1) + "\n")
     for n, m in pair["models"].items():

@@ -190,3 +190,42 @@ def test_model_cards_and_evaluate_cli(teacher, tmp_path, capsys):
     # the card's BLEU is what `python -m bildlib.evaluate` prints
     evaluate.main([str(tmp_path / "multi30k-large"), "-n", "8"])
     assert json.loads(capsys.readouterr().out)["bleu"] == m["val"]["bleu"]
+
+
+def test_fine_tune_from_a_checkpoint(teacher, tmp_path):
+    # a local folder stands in for a hub checkpoint such as t5-small: the same from_pretrained path
+    cfg, _ = teacher
+    ft = tiny(tmp_path, "ft", model={}, init_from=cfg.out, epochs=1, prefix="translate German to English: ")
+    log = T.train(ft, progress=False)
+    assert (
+        log["epochs"][0]["train_loss"]
+        < json.loads((T._path(cfg.out) / "train_log.json").read_text())["epochs"][0]["train_loss"]
+    )  # starts from the trained weights, not from scratch
+    a, b = weights(cfg), weights(ft)
+    assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_hub_checkpoint_offline_is_a_clear_error(tmp_path):
+    from conftest import run_python
+
+    code = (
+        "from bildlib import train as T\n"
+        "cfg = T.TrainConfig(out='x', init_from='google-t5/t5-small', epochs=1)\n"
+        "try:\n"
+        "    T.train(cfg)\n"
+        "except FileNotFoundError as e:\n"
+        "    print(e)\n"
+    )
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = run_python(code, cwd=tmp_path, env=env).stdout
+    assert "cannot load" in out and "'google-t5/t5-small'" in out
+
+
+def test_cli_overrides():
+    cfg = T.override(T.PRESETS["multi30k-small"], "optimizer=adamw")
+    cfg = T.override(cfg, "lr=2e-3")
+    cfg = T.override(cfg, 'model={"d_model": 64}')
+    assert (cfg.optimizer, cfg.lr, cfg.model) == ("adamw", 2e-3, {"d_model": 64})
+    assert T.PRESETS["multi30k-small"].optimizer == "adafactor"  # the preset itself is untouched
+    with pytest.raises(ValueError, match="FIELD one of"):
+        T.override(cfg, "learning_rate=1")
