@@ -225,11 +225,8 @@ def save_checkpoint(model, tok, out: Path, dtype: str) -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    with data.atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 # --------------------------------------------------------------------------- training
@@ -327,7 +324,6 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict:
             save_checkpoint(model, tok, out, cfg.save_dtype)
         log["wall_s"] = round(sum(r["wall_s"] for r in log["epochs"]), 1)
         _atomic_write(out / "train_log.json", json.dumps(log, indent=1) + "\n")
-        resume.parent.mkdir(parents=True, exist_ok=True)
         state = {
             "config": dataclasses.asdict(cfg),
             "model": model.state_dict(),
@@ -336,8 +332,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict:
             "rng": torch.get_rng_state(),
             "log": log,
         }
-        torch.save(state, resume.with_suffix(".tmp"))
-        os.replace(resume.with_suffix(".tmp"), resume)
+        with data.atomic_path(resume) as tmp:
+            torch.save(state, tmp)
         print(json.dumps(row), flush=True)
     return log
 
@@ -367,11 +363,8 @@ def calibrate(
     outputs = translate(model, tok, [s for s, _ in pairs], batch_size=batch_size, progress=True)
     df = pd.DataFrame({"idx": range(len(outputs)), "output": outputs})
     df.attrs["bildlib"] = ident
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, out)
+    with data.atomic_path(out) as tmp:
+        df.to_parquet(tmp, index=False)
     return out
 
 
