@@ -17,8 +17,11 @@ if __name__ == "bildlib.kernels":
         HAS_TRITON = False
 
     from .reference import max_prob_ref as max_prob
+    from .reference import nucleus_ref as nucleus
     from .reference import rollback_distance_ref as rollback_distance
+    from .reference import sample_ref as sample
+    from .reference import speculative_accept_ref as speculative_accept
 
-    __all__ = ["HAS_TRITON", "max_prob", "rollback_distance"]
+    __all__ = ["HAS_TRITON", "max_prob", "nucleus", "rollback_distance", "sample", "speculative_accept"]
 else:  # found as top-level `kernels`: not ours to provide under that name
     del __file__  # a namespace folder has no __file__; transformers then skips it

@@ -17,3 +17,68 @@ def rollback_distance_ref(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[t
     x = logits.float()
     picked = x.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # (k,)
     return torch.logsumexp(x, dim=-1) - picked, x.argmax(dim=-1)
+
+
+def sample_ref(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of logits (k, V) by inverse CDF at uniforms (k,) in [0, 1).
+
+    Entries at -inf have probability 0 and are never drawn; a row with a single finite
+    entry is the greedy case and returns it whatever the uniform.
+    """
+    p = torch.softmax(logits.float(), dim=-1)  # (k, V)
+    cdf = p.cumsum(dim=-1)  # (k, V)
+    x = (uniforms.float() * cdf[:, -1]).unsqueeze(-1)  # (k, 1), < total mass
+    i = torch.searchsorted(cdf, x, right=True).squeeze(-1)  # first index with cdf > x
+    return i.clamp_max(logits.shape[-1] - 1)  # rounding at the top end
+
+
+def speculative_accept_ref(
+    logits_large: torch.Tensor, logits_small: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling's acceptance step (Leviathan et al. 2023, Chen et al. 2023).
+
+    logits_large (k+1, V): the large model's logits at the k draft positions and one after;
+    logits_small (k, V): the small model's logits the drafts were sampled from;
+    draft (k,): the small model's tokens; uniforms (k+1,): in [0, 1).
+    Draft i is accepted while uniforms[i] * p_S(draft_i) < p_L(draft_i), i.e. with probability
+    min(1, p_L/p_S). At the first rejection n the next token is drawn (inverse CDF at
+    uniforms[k]) from norm(max(0, p_L - p_S)) at row n; with all k accepted, from p_L at row k.
+    Returns (n_accepted, next_token) as 0-d tensors.
+    """
+    k = draft.shape[0]
+    if logits_large.shape[0] != k + 1 or logits_small.shape[0] != k or uniforms.shape[0] != k + 1:
+        raise ValueError(
+            f"expected logits_large (k+1, V), logits_small (k, V), uniforms (k+1,) for k={k} drafts; got "
+            f"{tuple(logits_large.shape)}, {tuple(logits_small.shape)}, {tuple(uniforms.shape)}"
+        )
+    p_l = torch.softmax(logits_large.float(), dim=-1)  # (k+1, V)
+    p_s = torch.softmax(logits_small.float(), dim=-1)  # (k, V)
+    d = draft.long().unsqueeze(-1)
+    ok = uniforms[:k].float() * p_s.gather(-1, d).squeeze(-1) < p_l[:k].gather(-1, d).squeeze(-1)  # (k,)
+    n = torch.where(ok.all(), k, (~ok).int().argmax()) if k else torch.tensor(0)  # first rejection, or k
+    resid = torch.cat([(p_l[:k] - p_s).clamp_min(0), p_l[k:]])  # (k+1, V): residuals, then the bonus row
+    row = resid[n]  # (V,)
+    cdf = row.cumsum(-1)
+    x = uniforms[k].float() * cdf[-1]
+    nxt = torch.searchsorted(cdf, x.reshape(1), right=True).squeeze(0).clamp_max(row.shape[-1] - 1)
+    return n, nxt
+
+
+def nucleus_ref(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+    """Logits (k, V) scaled by 1/temperature with everything outside the top-p nucleus at -inf.
+
+    The nucleus is the smallest set of most likely tokens whose mass reaches top_p (the most
+    likely token is always in it); temperature 0 keeps only the argmax (greedy).
+    """
+    x = logits.float()
+    if temperature == 0:
+        keep = torch.zeros_like(x, dtype=torch.bool).scatter_(-1, x.argmax(-1, keepdim=True), True)
+        return x.masked_fill(~keep, float("-inf"))
+    x = x / temperature
+    if top_p >= 1:
+        return x
+    s, order = x.sort(dim=-1, descending=True)  # (k, V)
+    before = s.softmax(-1).cumsum(-1) - s.softmax(-1)  # mass strictly above each sorted entry
+    drop_sorted = before >= top_p  # (k, V) in sorted order
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return x.masked_fill(drop, float("-inf"))

@@ -34,3 +34,92 @@ def multi30k_dir() -> Path:
     if os.environ.get("CI", "").lower() == "true" or os.environ.get("BILD_REQUIRE_DATA") == "1":
         pytest.fail(msg)
     pytest.skip(msg)
+
+
+# Tiny random-init models sharing one word-level vocabulary (pad 0, eos 1, unk 2), saved as
+# plain checkpoints so the tests load them the way users load real ones.
+TINY_VOCAB = 40
+
+
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"w{i}": i for i in range(3, TINY_VOCAB)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def tiny_model(kind: str, seed: int, d: int = 32, layers: int = 2, scale: float = 1.0):
+    """A random model: kind t5 (encoder-decoder), gpt2 or llama (decoder-only). `scale`
+    multiplies the output logits so that distributions are peaked like a trained model's."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = {"vocab_size": TINY_VOCAB, "eos_token_id": 1, "pad_token_id": 0}
+    if kind == "t5":
+        cfg = tf.T5Config(
+            d_model=d,
+            d_ff=2 * d,
+            d_kv=d // 2,
+            num_heads=2,
+            num_layers=layers,
+            decoder_start_token_id=0,
+            tie_word_embeddings=False,
+            **common,
+        )
+        m = tf.T5ForConditionalGeneration(cfg)
+    elif kind == "gpt2":
+        cfg = tf.GPT2Config(
+            n_embd=d,
+            n_layer=layers,
+            n_head=2,
+            n_positions=256,
+            bos_token_id=1,
+            tie_word_embeddings=False,
+            **common,
+        )
+        m = tf.GPT2LMHeadModel(cfg)
+    elif kind == "llama":
+        cfg = tf.LlamaConfig(
+            hidden_size=d,
+            intermediate_size=2 * d,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+            bos_token_id=1,
+            tie_word_embeddings=False,
+            **common,
+        )
+        m = tf.LlamaForCausalLM(cfg)
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():
+        m.get_output_embeddings().weight.mul_(scale)  # untied: the inputs keep their scale
+    return m.eval()
+
+
+def perturbed(model, seed: int, noise: float):
+    """A different model near `model`: each weight plus noise * its std of Gaussian noise."""
+    import copy
+
+    import torch
+
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.numel() > 1:
+                p.add_(torch.randn(p.shape, generator=g) * p.std() * noise)
+    return m
+
+
+def save_tiny(model, path: Path) -> Path:
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
