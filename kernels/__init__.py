@@ -9,18 +9,48 @@ like a bare namespace folder, which transformers reads as "not installed".
 """
 
 if __name__ == "bildlib.kernels":
+    import torch
+
     try:  # Triton is optional: without it every function runs its torch reference
-        import triton  # noqa: F401
+        from . import triton_policy
 
         HAS_TRITON = True
     except ImportError:
+        triton_policy = None
         HAS_TRITON = False
 
-    from .reference import max_prob_ref as max_prob
-    from .reference import nucleus_ref as nucleus
-    from .reference import rollback_distance_ref as rollback_distance
-    from .reference import sample_ref as sample
-    from .reference import speculative_accept_ref as speculative_accept
+    from . import reference as ref
+    from .reference import nucleus_ref as nucleus  # a sort; no kernel of ours beats torch.sort here
+
+    def _triton(*xs: torch.Tensor) -> bool:
+        """Triton for CUDA tensors when it is installed; the torch reference otherwise."""
+        return HAS_TRITON and all(x.is_cuda for x in xs)
+
+    def max_prob(logits: torch.Tensor, margin: bool = False):
+        """(max softmax probability (k,), argmax (k,)) of logits (k, V); with margin=True also
+        top1 - top2 probability (k,), CALM's softmax confidence, from the same pass."""
+        if _triton(logits):
+            p, idx, m = triton_policy.max_prob(logits)
+            return (p, idx, m) if margin else (p, idx)
+        return ref.max_prob_ref(logits, margin)
+
+    def rollback_distance(logits: torch.Tensor, tokens: torch.Tensor):
+        """(-log p(tokens) (k,), argmax (k,)) per row of logits (k, V): BiLD's rollback distance."""
+        if _triton(logits, tokens):
+            return triton_policy.rollback_distance(logits, tokens)
+        return ref.rollback_distance_ref(logits, tokens)
+
+    def sample(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """One token per row of logits (k, V), by inverse CDF at uniforms (k,) in [0, 1)."""
+        if _triton(logits, uniforms):
+            return triton_policy.sample(logits, uniforms)
+        return ref.sample_ref(logits, uniforms)
+
+    def speculative_accept(logits_large, logits_small, draft, uniforms):
+        """Speculative sampling's acceptance step: (n accepted, next token); see reference.py."""
+        if _triton(logits_large, logits_small, draft, uniforms):
+            return triton_policy.speculative_accept(logits_large, logits_small, draft, uniforms)
+        return ref.speculative_accept_ref(logits_large, logits_small, draft, uniforms)
 
     __all__ = ["HAS_TRITON", "max_prob", "nucleus", "rollback_distance", "sample", "speculative_accept"]
 else:  # found as top-level `kernels`: not ours to provide under that name

@@ -3,11 +3,17 @@
 import torch
 
 
-def max_prob_ref(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Max softmax probability and argmax of each row of logits (k, V), without a softmax tensor."""
+def max_prob_ref(logits: torch.Tensor, margin: bool = False) -> tuple[torch.Tensor, ...]:
+    """Max softmax probability and argmax of each row of logits (k, V), without a softmax tensor;
+    with margin=True also top1 - top2 probability (CALM's softmax confidence)."""
     x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)  # (k,)
     m, idx = x.max(dim=-1)  # (k,), first maximum on ties like torch.argmax
-    return torch.exp(m - torch.logsumexp(x, dim=-1)), idx
+    if not margin:
+        return torch.exp(m - lse), idx
+    top = x.topk(min(2, x.shape[-1]), dim=-1).values  # (k, 2)
+    second = torch.exp(top[:, 1] - lse) if x.shape[-1] > 1 else torch.zeros_like(lse)
+    return torch.exp(m - lse), idx, torch.exp(m - lse) - second
 
 
 def rollback_distance_ref(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,11 +31,16 @@ def sample_ref(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     Entries at -inf have probability 0 and are never drawn; a row with a single finite
     entry is the greedy case and returns it whatever the uniform.
     """
-    p = torch.softmax(logits.float(), dim=-1)  # (k, V)
-    cdf = p.cumsum(dim=-1)  # (k, V)
-    x = (uniforms.float() * cdf[:, -1]).unsqueeze(-1)  # (k, 1), < total mass
-    i = torch.searchsorted(cdf, x, right=True).squeeze(-1)  # first index with cdf > x
-    return i.clamp_max(logits.shape[-1] - 1)  # rounding at the top end
+    return _inverse_cdf(torch.softmax(logits.float(), dim=-1), uniforms.float())
+
+
+def _inverse_cdf(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row of non-negative weights q (k, V): the first index whose running sum exceeds
+    u * sum(q) (k,); the last index with q > 0 where rounding leaves none."""
+    cdf = q.cumsum(dim=-1)  # (k, V)
+    i = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)  # (k,)
+    last = q.shape[-1] - 1 - (q.flip(-1) > 0).int().argmax(dim=-1)  # (k,)
+    return torch.minimum(i, last)
 
 
 def speculative_accept_ref(
@@ -57,10 +68,7 @@ def speculative_accept_ref(
     ok = uniforms[:k].float() * p_s.gather(-1, d).squeeze(-1) < p_l[:k].gather(-1, d).squeeze(-1)  # (k,)
     n = torch.where(ok.all(), k, (~ok).int().argmax()) if k else torch.tensor(0)  # first rejection, or k
     resid = torch.cat([(p_l[:k] - p_s).clamp_min(0), p_l[k:]])  # (k+1, V): residuals, then the bonus row
-    row = resid[n]  # (V,)
-    cdf = row.cumsum(-1)
-    x = uniforms[k].float() * cdf[-1]
-    nxt = torch.searchsorted(cdf, x.reshape(1), right=True).squeeze(0).clamp_max(row.shape[-1] - 1)
+    nxt = _inverse_cdf(resid[n].unsqueeze(0), uniforms[k:].float()).squeeze(0)
     return n, nxt
 
 

@@ -5,6 +5,10 @@ from pathlib import Path
 
 import pytest
 
+# Triton kernels run on CPU tensors in Triton's interpreter; it must be chosen before the first
+# `import triton`. bildlib only sends CUDA tensors to Triton, so this changes nothing else.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REPO = Path(__file__).resolve().parent.parent
 
 

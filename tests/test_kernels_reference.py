@@ -29,3 +29,37 @@ def test_rollback_distance_is_cross_entropy():
 def test_rollback_distance_shape_mismatch():
     with pytest.raises(ValueError, match="tokens"):
         rollback_distance(torch.zeros(3, 8), torch.zeros(4, dtype=torch.long))
+
+
+def test_margin_is_top1_minus_top2():
+    x = torch.tensor([[0.0, 2.0, 1.0], [3.0, 3.0, 0.0]])
+    p, i, margin = max_prob(x, margin=True)
+    top = torch.softmax(x, -1).topk(2).values
+    torch.testing.assert_close(margin, top[:, 0] - top[:, 1])
+    assert float(margin[1]) == 0.0 and int(i[1]) == 0
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_top_p():
+    from bildlib.kernels import nucleus
+
+    probs = torch.tensor([[0.5, 0.05, 0.3, 0.15]])
+    x = probs.log()
+    kept = lambda top_p: torch.isfinite(nucleus(x, 1.0, top_p))[0].tolist()  # noqa: E731
+    assert kept(0.5) == [True, False, False, False]
+    assert kept(0.6) == [True, False, True, False]
+    assert kept(0.81) == [True, False, True, True]
+    assert kept(1.0) == [True] * 4
+    assert torch.isfinite(nucleus(x, 0.0))[0].tolist() == [True, False, False, False]  # greedy
+    torch.testing.assert_close(nucleus(x, 2.0), x / 2)
+
+
+def test_sample_never_draws_a_masked_token_and_follows_the_distribution():
+    from bildlib.kernels import sample
+
+    x = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]]).repeat(4000, 1)
+    u = torch.rand(4000, generator=torch.Generator().manual_seed(0))
+    t = sample(x, u)
+    assert set(t.tolist()) <= {0, 2}
+    frac = (t == 2).float().mean().item()
+    assert abs(frac - torch.softmax(x[0], -1)[2].item()) < 0.03
+    assert sample(x[:1], torch.tensor([0.999999])).item() == 2  # top end: the last allowed token

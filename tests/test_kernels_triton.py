@@ -1,0 +1,158 @@
+"""Every Triton kernel against its torch reference, on CPU under TRITON_INTERPRET=1."""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[cuda]'); kernels untested")
+
+from bildlib.kernels import reference as R  # noqa: E402
+from bildlib.kernels import triton_policy as T  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (V, k): every k in 1..16 on small vocabularies, the ends on the large ones (the interpreter is slow)
+SHAPES = [(7, k) for k in range(1, 17)] + [(1000, 3), (1000, 16), (32128, 5), (250112, 1), (250112, 16)]
+
+
+def logits(k, V, dtype, seed=0):
+    """Random rows with the hard cases: -inf entries, a row that is -inf but for one entry, ties."""
+    g = torch.Generator().manual_seed(seed + V + k)
+    x = torch.randn(k, V, generator=g) * 3
+    if k > 1:
+        x[1, : V // 2] = float("-inf")
+    if k > 2:
+        x[2, :] = float("-inf")
+        x[2, V - 1] = 0.0
+    if k > 3 and V > 5:
+        x[3, 1] = x[3, 4] = x[3, V - 1] = x[3].max() + 1  # ties, also across blocks: the first wins
+    return x.to(dtype)
+
+
+def test_interpreter_is_on():
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("V,k", SHAPES)
+def test_max_prob(V, k, dtype):
+    x = logits(k, V, dtype)
+    p, idx, margin = T.max_prob(x)
+    p_ref, idx_ref, margin_ref = R.max_prob_ref(x, margin=True)
+    torch.testing.assert_close(p, p_ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(margin, margin_ref, atol=1e-6, rtol=1e-5)
+    assert torch.equal(idx, idx_ref)
+    assert torch.equal(idx, x.float().argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("V,k", SHAPES)
+def test_rollback_distance(V, k, dtype):
+    x = logits(k, V, dtype)
+    tok = x.float().argsort(-1, descending=True)[:, min(2, V - 1)]  # (k,) mostly finite entries
+    if k > 1:
+        tok[1] = 0  # an entry at -inf: distance inf
+    ce, idx, lse = T.rollback_distance(x, tok, return_lse=True)
+    ce_ref, idx_ref = R.rollback_distance_ref(x, tok)
+    torch.testing.assert_close(ce, ce_ref, atol=1e-4, rtol=1e-5)  # equal infinities pass
+    torch.testing.assert_close(lse, torch.logsumexp(x.float(), -1), atol=1e-5, rtol=1e-6)
+    assert torch.equal(idx, idx_ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("V,k", [(7, 16), (1000, 5), (250112, 2)])
+def test_sample_is_the_inverse_cdf(V, k, dtype):
+    x = logits(k, V, dtype)
+    u = torch.rand(k, generator=torch.Generator().manual_seed(V))
+    u[0] = 0.0
+    tok = T.sample(x, u)
+    p = torch.softmax(x.float(), -1)
+    cdf = p.cumsum(-1)
+    for r in range(k):
+        t = int(tok[r])
+        assert p[r, t] > 0  # never a -inf entry
+        lo = float(cdf[r, t - 1]) if t else 0.0
+        assert lo - 1e-5 <= float(u[r]) * float(cdf[r, -1]) <= float(cdf[r, t]) + 1e-5
+    assert torch.equal(tok, R.sample_ref(x, u)) or V > 1000  # rounding may move a boundary draw
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("V,k", [(7, 1), (7, 4), (1000, 10), (32128, 16), (250112, 4)])
+def test_speculative_accept_matches_reference(V, k, dtype):
+    g = torch.Generator().manual_seed(V + k)
+    xl = logits(k + 1, V, dtype, seed=1)
+    xs = (xl[:k].float() + torch.randn(k, V, generator=g)).to(dtype)
+    xs[:, 0] = float("-inf")  # a token the small model never proposes
+    for trial in range(6 if V < 100_000 else 2):
+        u = torch.rand(k + 1, generator=g)
+        draft = R.sample_ref(xs, torch.rand(k, generator=g))
+        if trial == 0:
+            draft = xl[:k].float().argmax(-1)  # the large model's favourites: mostly accepted
+        n, y = T.speculative_accept(xl, xs, draft, u)
+        n_ref, y_ref = R.speculative_accept_ref(xl, xs, draft, u)
+        assert int(n) == int(n_ref) and int(y) == int(y_ref)
+
+
+def closed_form(p_l, p_s):
+    """P(n accepted, next token) for k drafts sampled from p_s (k, V) scored by p_l (k+1, V)."""
+    k, V = p_s.shape
+    alpha = torch.minimum(p_l[:k], p_s).sum(-1)  # (k,) acceptance probability at each position
+    out = torch.zeros(k + 1, V, dtype=torch.float64)
+    reach = 1.0
+    for i in range(k):
+        resid = (p_l[i] - p_s[i]).clamp_min(0)
+        out[i] = reach * (1 - alpha[i]) * resid / resid.sum()
+        reach = reach * alpha[i]
+    out[k] = reach * p_l[k]
+    return out.flatten()  # ((k+1) * V,)
+
+
+def chi2_pvalue(counts, probs):
+    keep = probs > 0
+    assert counts[~keep].sum() == 0  # impossible outcomes never happen
+    expected = probs[keep] * counts.sum()
+    stat = ((counts[keep] - expected) ** 2 / expected).sum()
+    return float(torch.special.gammaincc(torch.tensor((keep.sum().item() - 1) / 2.0), stat / 2))
+
+
+def test_speculative_accept_statistics():
+    """Draft from p_S, accept or resample: (n, token) frequencies match the closed form, for the
+    reference over 20,000 draws and for the kernel over 1,500 (one launch, interpreter speed)."""
+    k, V = 2, 5
+    g = torch.Generator().manual_seed(7)
+    xl = torch.randn(k + 1, V, generator=g, dtype=torch.float64) * 1.5
+    xs = torch.randn(k, V, generator=g, dtype=torch.float64) * 1.5
+    p_l, p_s = xl.softmax(-1), xs.softmax(-1)
+    expected = closed_form(p_l, p_s)
+
+    def draws(n):
+        d = torch.stack([torch.multinomial(p_s[i], n, replacement=True, generator=g) for i in range(k)], 1)
+        return d, torch.rand(n, k + 1, generator=g)
+
+    counts = torch.zeros((k + 1) * V, dtype=torch.float64)
+    d, u = draws(20_000)
+    for b in range(len(d)):
+        n, y = R.speculative_accept_ref(xl.float(), xs.float(), d[b], u[b])
+        counts[int(n) * V + int(y)] += 1
+    assert chi2_pvalue(counts, expected) > 0.001
+
+    d, u = draws(1_500)
+    n, y = T.speculative_accept(xl.float(), xs.float(), d, u)
+    counts = torch.bincount(n * V + y, minlength=(k + 1) * V).double()
+    assert chi2_pvalue(counts, expected) > 0.001
+    # and the output token alone follows p_L at the first position whatever happens
+    first = torch.where(n == 0, y, d[:, 0])
+    assert chi2_pvalue(torch.bincount(first, minlength=V).double(), p_l[0]) > 0.001
+
+
+def test_bad_shapes():
+    with pytest.raises(ValueError, match="logits"):
+        T.max_prob(torch.zeros(3))
+    with pytest.raises(ValueError, match="tokens"):
+        T.rollback_distance(torch.zeros(3, 8), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="k\\+1"):
+        T.speculative_accept(
+            torch.zeros(3, 8), torch.zeros(3, 8), torch.zeros(3, dtype=torch.long), torch.rand(4)
+        )  # noqa: E501
