@@ -12,7 +12,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 tokenizer models cards clean-venv
+.PHONY: setup test lint fig4 figures figures-full tokenizer models cards clean-venv
 
 setup: $(STAMP)
 
@@ -28,12 +28,22 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
+# Notebooks run with papermill; executed copies go to build/notebooks (git-ignored), figures to
+# figures/. Sweeps are cached in data/results, so fig9 and fig10 reuse fig4's.
+NOTEBOOKS := fig4 fig2 fig5 fig9 fig10
+PAPERMILL = $(BIN)/papermill --cwd . $(PM_ARGS)
 fig4: $(STAMP)
-	@if [ ! -f notebooks/fig4.ipynb ]; then \
-	  echo "make fig4: notebooks/fig4.ipynb does not exist yet (the experiment harness is not built);" \
-	       "no figure was produced." >&2; exit 1; fi
 	@mkdir -p build/notebooks
-	$(BIN)/papermill notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+	$(PAPERMILL) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+
+figures: $(STAMP)
+	@mkdir -p build/notebooks
+	@for nb in $(NOTEBOOKS); do \
+	  $(PAPERMILL) notebooks/$$nb.ipynb build/notebooks/$$nb.ipynb || exit 1; done
+
+# All of Multi30k val (1,014 sentences) instead of the default first 100.
+figures-full: PM_ARGS = -p n_examples 1014 -p out_dir figures/full
+figures-full: figures
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

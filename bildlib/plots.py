@@ -1,0 +1,175 @@
+"""The paper's figures from experiment summaries (bildlib.experiments.summarize)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; notebooks display the saved PNG
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bildlib import REPO_ROOT, data  # noqa: E402
+from bildlib.experiments import pareto  # noqa: E402
+
+FIGURES = REPO_ROOT / "figures"
+METRIC_NAME = {"bleu": "BLEU", "rougeL": "ROUGE-L"}
+
+
+def save(fig, table: pd.DataFrame | None, name: str, out_dir: Path | str | None = None) -> Path:
+    """figures/<name>.png, .pdf and (the plotted numbers) .csv, each written atomically."""
+    out = Path(out_dir) if out_dir else FIGURES
+    for ext in ("png", "pdf"):
+        with data.atomic_path(out / f"{name}.{ext}") as tmp:
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight")
+    if table is not None:
+        with data.atomic_path(out / f"{name}.csv") as tmp:
+            table.to_csv(tmp, index=False, float_format="%.4f")
+    plt.close(fig)
+    return out / f"{name}.png"
+
+
+def save_table(table: pd.DataFrame, name: str, out_dir: Path | str | None = None) -> Path:
+    """figures/<name>.csv, written atomically."""
+    path = (Path(out_dir) if out_dir else FIGURES) / f"{name}.csv"
+    with data.atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.4f")
+    return path
+
+
+def _vanilla(s: pd.DataFrame, model: str) -> pd.DataFrame:
+    return s[(s["method"] == "vanilla") & (s["model"] == model)]
+
+
+def _reference_lines(ax, s: pd.DataFrame, metric: str):
+    v = float(_vanilla(s, "large")["score"].mean())
+    ax.axhline(v, color="gray", lw=0.8, ls="--", label=f"vanilla large ({v:.2f})")
+    ax.axhline(v - 1, color="gray", lw=0.8, ls=":", label="1 point below")
+    ax.scatter([1.0], [v], marker="x", s=80, color="black", zorder=5)
+    ax.set_xlabel("normalized latency (vanilla large = 1)")
+    ax.set_ylabel(METRIC_NAME.get(metric, metric))
+    return v
+
+
+def fig4(s: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Quality vs normalized latency: the Pareto frontier of unaligned and aligned BiLD over the
+    threshold grid (all grid points faint), vanilla large as ✕, lines at its score and 1 below."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for model, color, name in (
+        ("small", "tab:blue", "BiLD (unaligned)"),
+        ("aligned", "tab:red", "BiLD (aligned)"),
+    ):
+        b = s[(s["method"] == "bild") & (s["model"] == model)]
+        if b.empty:
+            continue
+        ax.scatter(b["norm_latency"], b["score"], s=10, color=color, alpha=0.25)
+        f = pareto(b)
+        ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
+    _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fig2(s: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Oracle study: quality vs % of tokens from the large model, with small and large alone."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    o = s[s["method"] == "oracle"].sort_values("large_pct")
+    ax.plot(o["large_pct"], o["score"], "o-", color="tab:purple", ms=4, label="small + oracle large")
+    for model, ls in (("small", ":"), ("large", "--")):
+        v = _vanilla(s, model)
+        if not v.empty:
+            ax.axhline(float(v["score"].mean()), color="gray", ls=ls, label=f"{model} alone")
+    ax.set_xlabel("% of tokens from the large model")
+    ax.set_ylabel(METRIC_NAME.get(s.attrs.get("metric", "bleu"), "score"))
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fig5(s: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Ablation with the aligned small model: BiLD vs No-RB vs No-FB (window sweep)."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    b = s[(s["method"] == "bild") & (s["model"] == "aligned")]
+    groups = [
+        ("BiLD", b[b["fallback"].notna() & b["rollback"].notna()], "tab:red"),
+        ("No rollback", b[b["fallback"].notna() & b["rollback"].isna()], "tab:green"),
+        ("No fallback (window)", b[b["fallback"].isna()], "tab:orange"),
+    ]
+    for name, g, color in groups:
+        if g.empty:
+            continue
+        ax.scatter(g["norm_latency"], g["score"], s=10, color=color, alpha=0.25)
+        f = pareto(g)
+        ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
+    _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fig10(s: pd.DataFrame, model: str = "aligned", title: str = "") -> plt.Figure:
+    """Sensitivity: one curve per α_RB over α_FB, marker size growing with α_FB."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    b = s[(s["method"] == "bild") & (s["model"] == model) & s["fallback"].notna() & s["rollback"].notna()]
+    for rb, g in b.groupby("rollback"):
+        g = g.sort_values("fallback")
+        (line,) = ax.plot(g["norm_latency"], g["score"], "-", lw=1, label=f"α_RB = {rb:g}")
+        ax.scatter(g["norm_latency"], g["score"], s=15 + 120 * (g["fallback"] - 0.2), color=line.get_color())
+    _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
+    ax.set_title(title or f"{model} small; marker size grows with α_FB")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def example_html(rows: list[dict]) -> str:
+    """Fig 9: reference, large, small and BiLD outputs; BiLD's large-model tokens highlighted.
+    rows: dicts with source, reference, large, small, bild_tokens [(text, 'S'|'L')]."""
+    parts = []
+    for r in rows:
+        bild = "".join(
+            f'<span style="background:#f4b6b6">{html.escape(t)}</span>' if who == "L" else html.escape(t)
+            for t, who in r["bild_tokens"]
+        )
+        parts.append(
+            "<table style='border-collapse:collapse;margin-bottom:1em'>"
+            + "".join(
+                f"<tr><td style='padding:2px 8px'><b>{k}</b></td><td style='padding:2px 8px'>{v}</td></tr>"
+                for k, v in (
+                    ("source", html.escape(r["source"])),
+                    ("reference", html.escape(r["reference"])),
+                    ("large", html.escape(r["large"])),
+                    ("small", html.escape(r["small"])),
+                    ("BiLD", bild),
+                )
+            )
+            + "</table>"
+        )
+    return "\n".join(parts)
+
+
+def fig9(rows: list[dict]) -> plt.Figure:
+    """The examples of example_html as a figure: BiLD's large-model tokens in red."""
+    fig, ax = plt.subplots(figsize=(9, 1.6 * len(rows) + 0.4))
+    ax.axis("off")
+    y = 1.0
+    step = 1.0 / (5 * len(rows) + 1)
+    for r in rows:
+        for k in ("reference", "large", "small"):
+            ax.text(0, y, f"{k}: {r[k]}", fontsize=8, va="top", transform=ax.transAxes, wrap=True)
+            y -= step
+        x = 0.0
+        ax.text(0, y, "BiLD:", fontsize=8, va="top", transform=ax.transAxes)
+        x = 0.06
+        for t, who in r["bild_tokens"]:
+            txt = ax.text(
+                x, y, t, fontsize=8, va="top", transform=ax.transAxes,
+                color="tab:red" if who == "L" else "black", fontweight="bold" if who == "L" else "normal",
+            )  # fmt: skip
+            fig.canvas.draw()
+            bb = txt.get_window_extent().transformed(ax.transAxes.inverted())
+            x = bb.x1 + 0.004
+        y -= 2 * step
+    return fig

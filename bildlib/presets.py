@@ -1,0 +1,92 @@
+"""Experiment presets: which models, which data, which metric and threshold grid.
+
+`multi30k` is the embedded default (the checkpoints this project ships, Multi30k val). The
+paper presets use the authors' published checkpoints on the Hugging Face Hub with the paper's
+datasets. Hub names resolve to `$BILD_MODELS/<owner>/<name>` when that folder exists (a local
+mirror, or tiny stand-ins in the tests), and otherwise go to `from_pretrained` as hub ids.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bildlib import REPO_ROOT
+
+TRANSLATION_FB = (0.5, 0.6, 0.7, 0.8, 0.9)  # α_FB grid of the paper's translation sweeps
+TRANSLATION_RB = (1.0, 2.0, 3.0, 5.0, 10.0)  # α_RB in [1, 10]
+SUMMARIZATION_FB = (0.2, 0.3, 0.4, 0.5, 0.6)
+SUMMARIZATION_RB = (2.0, 3.0, 4.0, 5.0, 6.0)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    dataset: str  # a name bildlib.data.load knows
+    small: str
+    aligned: str  # the small model after prediction alignment
+    large: str
+    metric: str  # "bleu" | "rougeL"
+    fallback_grid: tuple[float, ...]
+    rollback_grid: tuple[float, ...]
+    max_new_tokens: int = 128
+    prefix: str = ""  # prepended to each source; T5 summarization uses "summarize: "
+
+    def model(self, which: str) -> str:
+        """The checkpoint of `which` ("small", "aligned" or "large"): a local folder or a hub id."""
+        if which not in ("small", "aligned", "large"):
+            raise ValueError(f"which must be 'small', 'aligned' or 'large', got {which!r}")
+        return resolve(getattr(self, which))
+
+
+def resolve(name: str) -> str:
+    """A repo-relative folder, a $BILD_MODELS mirror of a hub id, or the hub id itself."""
+    if name.startswith("data/"):
+        return str(REPO_ROOT / name)
+    mirror = os.environ.get("BILD_MODELS")
+    if mirror and (Path(mirror) / name).is_dir():
+        return str(Path(mirror) / name)
+    return name
+
+
+def _paper(task: str, dataset: str, family: str, summarization: bool) -> Preset:
+    owner = "kssteven"
+    fb, rb = (SUMMARIZATION_FB, SUMMARIZATION_RB) if summarization else (TRANSLATION_FB, TRANSLATION_RB)
+    return Preset(
+        name=f"{task}-{family.lower()}",
+        dataset=dataset,
+        small=f"{owner}/{family}-small-{task}" + ("" if summarization else "-de-en"),
+        aligned=f"{owner}/{family}-small-{task}" + ("" if summarization else "-de-en") + "-bild-aligned",
+        large=f"{owner}/{family}-large-{task}" + ("" if summarization else "-de-en"),
+        metric="rougeL" if summarization else "bleu",
+        fallback_grid=fb,
+        rollback_grid=rb,
+        max_new_tokens=128 if summarization else 256,
+        prefix="summarize: " if summarization else "",
+    )
+
+
+PRESETS = {
+    "multi30k": Preset(
+        name="multi30k",
+        dataset="multi30k",
+        small="data/checkpoints/multi30k-small",
+        aligned="data/checkpoints/multi30k-small-aligned",
+        large="data/checkpoints/multi30k-large",
+        metric="bleu",
+        fallback_grid=TRANSLATION_FB,
+        rollback_grid=TRANSLATION_RB,
+        max_new_tokens=64,
+    ),
+    "iwslt2017-mt5": _paper("iwslt2017", "iwslt2017", "mT5", summarization=False),
+    "wmt2014-mt5": _paper("wmt2014", "wmt14", "mT5", summarization=False),
+    "xsum-t5": _paper("xsum", "xsum", "T5", summarization=True),
+    "cnndm-t5": _paper("cnndm", "cnn_dailymail", "T5", summarization=True),
+}
+
+
+def get(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]

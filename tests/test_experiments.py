@@ -1,0 +1,176 @@
+"""The experiment harness on a paper preset's plumbing, with tiny random models saved under the
+preset's hub names ($BILD_MODELS) and a tiny stand-in dataset."""
+
+import dataclasses
+import random
+
+import pandas as pd
+import pytest
+
+from bildlib import data, presets
+from bildlib import experiments as X
+from conftest import TINY_VOCAB, perturbed, run_python, save_tiny, tiny_model
+
+PRESET = "iwslt2017-mt5"
+
+
+def _sentences(n, seed):
+    r = random.Random(seed)
+    return [" ".join(f"w{r.randrange(3, TINY_VOCAB)}" for _ in range(r.randrange(2, 7))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    p = presets.PRESETS[PRESET]
+    large = tiny_model("t5", seed=1, d=48, scale=0.3)
+    save_tiny(large, root / p.large)
+    save_tiny(perturbed(large, seed=2, noise=0.8), root / p.small)
+    save_tiny(perturbed(large, seed=3, noise=0.4), root / p.aligned)
+    return root
+
+
+@pytest.fixture
+def env(mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv("BILD_MODELS", str(mirror))
+    monkeypatch.setitem(
+        presets.PRESETS, PRESET, dataclasses.replace(presets.PRESETS[PRESET], max_new_tokens=10)
+    )
+    pairs = list(zip(_sentences(12, 0), _sentences(12, 1), strict=True))
+    task = data.Task("iwslt2017", "translation", "de", "en")
+    monkeypatch.setattr(data, "load", lambda name, split="val", n=None: data.Split(task, split, pairs[:n]))
+    return tmp_path / "results"
+
+
+GRID = [X.bild("small", 0.5, 1.0), X.bild("aligned", 0.5, 1.0), X.bild("aligned", 0.8, 3.0)]
+
+
+def test_presets_name_the_papers_checkpoints():
+    p = presets.get("iwslt2017-mt5")
+    assert (p.small, p.aligned, p.large) == (
+        "kssteven/mT5-small-iwslt2017-de-en",
+        "kssteven/mT5-small-iwslt2017-de-en-bild-aligned",
+        "kssteven/mT5-large-iwslt2017-de-en",
+    )
+    x = presets.get("xsum-t5")
+    assert (x.small, x.aligned, x.large) == (
+        "kssteven/T5-small-xsum",
+        "kssteven/T5-small-xsum-bild-aligned",
+        "kssteven/T5-large-xsum",
+    )
+    assert x.prefix == "summarize: " and x.metric == "rougeL"
+    assert presets.get("cnndm-t5").large == "kssteven/T5-large-cnndm"
+    assert presets.get("wmt2014-mt5").aligned == "kssteven/mT5-small-wmt2014-de-en-bild-aligned"
+    assert min(p.fallback_grid) == 0.5 and max(p.fallback_grid) == 0.9 and max(p.rollback_grid) == 10
+    assert min(x.fallback_grid) == 0.2 and max(x.rollback_grid) == 6
+    with pytest.raises(ValueError, match="preset must be one of"):
+        presets.get("nope")
+
+
+def test_sweep_rows_metrics_and_cache(env, monkeypatch):
+    df = X.sweep(PRESET, GRID, n_examples=8, results=env, baseline_repeats=2, progress=False)
+    labels = list(dict.fromkeys(df["label"]))
+    assert labels[0] == "vanilla-large" and labels[-1] == "vanilla-large#1"
+    assert {"vanilla-small", "vanilla-aligned"} <= set(labels) and len(labels) == 7
+    assert (df.groupby("label")["id"].apply(list) == [list(range(8))] * 7).all()  # same examples everywhere
+    assert "nrefs:1" in df.attrs["signature"] and df["latency_s"].gt(0).all()
+    assert (df["small_tokens"] + df["large_tokens"] == df["tokens"]).all()
+    assert len(list((env / PRESET).glob("*.parquet"))) == 7
+
+    def no_decoding(*a, **k):
+        raise AssertionError("cached results were recomputed")
+
+    monkeypatch.setattr(X.Config, "decode", no_decoding)
+    again = X.sweep(PRESET, GRID, n_examples=8, results=env, baseline_repeats=2, progress=False)
+    pd.testing.assert_frame_equal(
+        df.drop(columns="latency_s"), again.drop(columns="latency_s"), check_like=True
+    )
+    assert (df["latency_s"] == again["latency_s"]).all()
+
+
+def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
+    calls = {"n": 0}
+    decode = X.Config.decode
+
+    def dies(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 60:
+            raise KeyboardInterrupt
+        return decode(self, *a, **k)
+
+    monkeypatch.setattr(X.Config, "decode", dies)
+    with pytest.raises(KeyboardInterrupt):
+        X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
+    done = list((env / PRESET).glob("*[!l].parquet"))  # finished configurations
+    partial = list((env / PRESET).glob("*.partial.parquet"))
+    assert done and len(partial) == 1
+    kept = len(pd.read_parquet(partial[0]))
+    assert kept > 0 and kept % 3 == 0
+
+    calls["n"] = -(10**9)  # no more interruptions; count what the resumed sweep decodes
+    df = X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
+    n_configs = 6  # vanilla large, small, aligned + 3 BiLD
+    assert len(df) == 10 * n_configs and not df.duplicated(["label", "id"]).any()
+    warmups = 2 * (n_configs - len(done))
+    assert calls["n"] + 10**9 == 10 * (n_configs - len(done)) - kept + warmups
+    assert not list((env / PRESET).glob("*.partial.parquet"))
+
+
+def test_corrupted_cache_file_is_recomputed(env):
+    c = X.vanilla("small")
+    df = X.run(PRESET, c, n_examples=4, results=env, progress=False)
+    f = next((env / PRESET).glob("*.parquet"))
+    f.write_bytes(b"not a parquet file")
+    with pytest.warns(UserWarning, match="recomputing"):
+        again = X.run(PRESET, c, n_examples=4, results=env, progress=False)
+    assert list(again["output"]) == list(df["output"])
+
+
+def test_summary_table_and_pareto():
+    rows = [
+        ("vanilla-large", "vanilla", "large", None, None, 30.0, 1.0),
+        ("vanilla-small", "vanilla", "small", None, None, 25.0, 0.2),
+        ("a", "bild", "small", 0.5, 1.0, 29.9, 0.6),  # no loss, 1/0.6
+        ("b", "bild", "small", 0.3, 5.0, 29.1, 0.4),  # within one point, 1/0.4
+        ("c", "bild", "small", 0.2, 9.0, 28.0, 0.3),  # too lossy
+        ("d", "bild", "aligned", 0.5, 1.0, 29.5, 0.5),  # aligned: only within one point
+    ]
+    df = pd.DataFrame(
+        [
+            {"label": lab, "method": m, "model": mo, "fallback": fb, "rollback": rb, "window": None,
+             "threshold": None, "repeat": 0, "score": sc, "latency_s": lat, "tokens": 10, "fallbacks": 1,
+             "rollbacks": 2, "large_tokens": 3, "id": 0}
+            for lab, m, mo, fb, rb, sc, lat in rows
+        ]
+    )  # fmt: skip
+    s = X.summarize(df)
+    t = X.summary_table(s).set_index(["model", "regime"])
+    assert t.loc[("BiLD (unaligned)", "no loss"), "speedup"] == pytest.approx(1 / 0.6)
+    assert t.loc[("BiLD (unaligned)", "≤ 1 point"), "speedup"] == pytest.approx(1 / 0.4)
+    assert pd.isna(t.loc[("BiLD (aligned)", "no loss"), "score"])
+    assert t.loc[("BiLD (aligned)", "≤ 1 point"), "speedup"] == pytest.approx(2.0)
+    assert t.loc[("BiLD (unaligned)", "no loss"), "rollback_pct"] == pytest.approx(20.0)
+    front = X.pareto(s[s["method"] == "bild"])
+    assert list(front["label"]) == ["c", "b", "d", "a"]
+
+
+def test_bad_input(env):
+    with pytest.raises(ValueError, match="n_examples"):
+        X.run(PRESET, X.vanilla("small"), n_examples=0, results=env)
+    with pytest.raises(ValueError, match="n_examples=50 but"):
+        X.run(PRESET, X.vanilla("small"), n_examples=50, results=env)
+    with pytest.raises(ValueError, match="method"):
+        X.Config("beam")
+    with pytest.raises(ValueError, match="needs a small model"):
+        X.Config("bild", "large")
+
+
+def test_paper_preset_offline_names_what_is_missing(tmp_path):
+    proc = run_python(
+        "from bildlib import experiments as X\n"
+        "try:\n    X.run('xsum-t5', X.vanilla('large'), n_examples=2)\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n",
+        cwd=tmp_path,
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "BILD_MODELS": ""},
+    )
+    assert "EdinburghNLP/xsum" in proc.stdout or "kssteven/T5-large-xsum" in proc.stdout
