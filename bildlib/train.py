@@ -95,7 +95,7 @@ _SMALL = dict(model=SMALL, epochs=3, batch_size=64, **_RECIPE)
 PRESETS = {
     "multi30k-small": TrainConfig(out="data/checkpoints/multi30k-small", **_SMALL),
     "multi30k-large": TrainConfig(
-        out="data/checkpoints/multi30k-large", model=LARGE, epochs=4, batch_size=128, **_RECIPE
+        out="data/checkpoints/multi30k-large", model=LARGE, epochs=6, batch_size=128, **_RECIPE
     ),
     # prediction alignment, the paper's fair comparison: same init (seed), recipe and steps as the small
     "multi30k-small-aligned": TrainConfig(
