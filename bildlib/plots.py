@@ -43,6 +43,15 @@ def _vanilla(s: pd.DataFrame, model: str) -> pd.DataFrame:
     return s[(s["method"] == "vanilla") & (s["model"] == model)]
 
 
+def _frontier(ax, g: pd.DataFrame, color: str, name: str) -> None:
+    """All configurations faint, their Pareto frontier as a line."""
+    if g.empty:
+        return
+    ax.scatter(g["norm_latency"], g["score"], s=10, color=color, alpha=0.25)
+    f = pareto(g)
+    ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
+
+
 def _reference_lines(ax, s: pd.DataFrame, metric: str):
     v = float(_vanilla(s, "large")["score"].mean())
     ax.axhline(v, color="gray", lw=0.8, ls="--", label=f"vanilla large ({v:.2f})")
@@ -61,12 +70,7 @@ def fig4(s: pd.DataFrame, title: str = "") -> plt.Figure:
         ("small", "tab:blue", "BiLD (unaligned)"),
         ("aligned", "tab:red", "BiLD (aligned)"),
     ):
-        b = s[(s["method"] == "bild") & (s["model"] == model)]
-        if b.empty:
-            continue
-        ax.scatter(b["norm_latency"], b["score"], s=10, color=color, alpha=0.25)
-        f = pareto(b)
-        ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
+        _frontier(ax, s[(s["method"] == "bild") & (s["model"] == model)], color, name)
     _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
     ax.set_title(title)
     ax.legend(fontsize=8)
@@ -99,11 +103,7 @@ def fig5(s: pd.DataFrame, title: str = "") -> plt.Figure:
         ("No fallback (window)", b[b["fallback"].isna()], "tab:orange"),
     ]
     for name, g, color in groups:
-        if g.empty:
-            continue
-        ax.scatter(g["norm_latency"], g["score"], s=10, color=color, alpha=0.25)
-        f = pareto(g)
-        ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
+        _frontier(ax, g, color, name)
     _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
     ax.set_title(title)
     ax.legend(fontsize=8)
@@ -152,12 +152,12 @@ def example_html(rows: list[dict]) -> str:
 
 def fig9(rows: list[dict]) -> plt.Figure:
     """The examples of example_html as a figure: BiLD's large-model tokens in red."""
-    fig, ax = plt.subplots(figsize=(9, 1.6 * len(rows) + 0.4))
+    fig, ax = plt.subplots(figsize=(9, 1.2 * len(rows) + 0.2))
     ax.axis("off")
     y = 1.0
-    step = 1.0 / (5 * len(rows) + 1)
+    step = 1.0 / (6 * len(rows))
     for r in rows:
-        for k in ("reference", "large", "small"):
+        for k in ("source", "reference", "large", "small"):
             ax.text(0, y, f"{k}: {r[k]}", fontsize=8, va="top", transform=ax.transAxes, wrap=True)
             y -= step
         x = 0.0
@@ -170,6 +170,6 @@ def fig9(rows: list[dict]) -> plt.Figure:
             )  # fmt: skip
             fig.canvas.draw()
             bb = txt.get_window_extent().transformed(ax.transAxes.inverted())
-            x = bb.x1 + 0.004
+            x = bb.x1
         y -= 2 * step
     return fig
