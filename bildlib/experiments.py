@@ -220,7 +220,7 @@ def run(
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
-    out = (results or RESULTS) / p.name / f"{key}.parquet"
+    out = Path(results or RESULTS) / p.name / f"{key}.parquet"
     partial = out.with_suffix(".partial.parquet")
     if out.exists() and (df := _read(out, key)) is not None and len(df) == n_examples:
         return df

@@ -158,7 +158,9 @@ def fig9(rows: list[dict]) -> plt.Figure:
     step = 1.0 / (6 * len(rows))
     for r in rows:
         for k in ("source", "reference", "large", "small"):
-            ax.text(0, y, f"{k}: {r[k]}", fontsize=8, va="top", transform=ax.transAxes, wrap=True)
+            line = f"{k}: {r[k]}"
+            line = line if len(line) <= 150 else line[:149] + "…"  # one line each
+            ax.text(0, y, line, fontsize=8, va="top", transform=ax.transAxes)
             y -= step
         x = 0.0
         ax.text(0, y, "BiLD:", fontsize=8, va="top", transform=ax.transAxes)
