@@ -132,6 +132,16 @@ def _done(seq: list[int], eos: int, max_new_tokens: int) -> bool:
     return len(seq) > 1 and seq[-1] == eos or len(seq) - 1 >= max_new_tokens
 
 
+def _rewind(seq: list[int], tr: Trace, small: LM, large: LM, n_s: int, pos: int) -> int:
+    """Discard seq[pos:] (small-model tokens) and roll both caches back to pos; returns the
+    small model's new cache length (the large model's is pos)."""
+    tr.rolled_back += len(seq) - pos
+    del seq[pos:], tr.source[pos - 1 :]
+    small.crop(min(n_s, pos))
+    large.crop(pos)
+    return min(n_s, pos)
+
+
 def _check_common(max_new_tokens: int):
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -227,20 +237,17 @@ def bild(
         n_l, run = len(seq), 0
         m = None
         if rollback is not None and drafted:
-            d, y_l = kernels.rollback_distance(logits[:-1], torch.tensor(drafted, device=logits.device))
-            bad = y_l != torch.tensor(drafted, device=y_l.device) if distance == "exact" else d > rollback
+            y_s = torch.tensor(drafted, device=logits.device)  # (k-1,)
+            d, y_l = kernels.rollback_distance(logits[:-1], y_s)
+            bad = y_l != y_s if distance == "exact" else d > rollback
             m = int(torch.where(bad.any(), bad.int().argmax(), -1))  # one host sync per large call
             m = None if m < 0 else m
         if m is not None:  # rollback: discard seq[pos:], the large model's token goes at pos
             pos = first + m
             tr.rollbacks += 1
-            tr.rolled_back += len(seq) - pos
-            del seq[pos:], tr.source[pos - 1 :]
+            n_s, n_l = _rewind(seq, tr, small, large, n_s, pos), pos
             seq.append(int(pol.pick(logits[m : m + 1])))
             tr.source.append("L")
-            small.crop(min(n_s, pos))
-            large.crop(pos)
-            n_s, n_l = min(n_s, pos), pos
         elif done:
             break
         else:
@@ -288,12 +295,8 @@ def speculative_sampling(
         n, y = kernels.speculative_accept(p, torch.cat(q), draft, pol.uniforms(k + 1, p.device))
         n, y = torch.stack((n, y)).tolist()
         pos = len(seq) - k + n  # seq[:pos] is kept
-        tr.rolled_back += len(seq) - pos
         tr.rollbacks += n < k
-        del seq[pos:], tr.source[pos - 1 :]
-        small.crop(min(n_s, pos))
-        large.crop(pos)
-        n_s, n_l = min(n_s, pos), pos
+        n_s, n_l = _rewind(seq, tr, small, large, n_s, pos), pos
         if n < k or not _done(seq, small.eos, max_new_tokens):  # no bonus token after EOS
             seq.append(int(y))
             tr.source.append("L")

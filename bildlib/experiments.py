@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import platform
 import time
 import warnings
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from tqdm.auto import tqdm
 
 from bildlib import REPO_ROOT, data, metrics, presets
 from bildlib import decoding as D
+from bildlib.evaluate import machine
 from bildlib.models import LM, check_pair
 
 RESULTS = REPO_ROOT / "data" / "results"
@@ -258,16 +258,6 @@ def run(
 
 def _needs(config: Config) -> list[str]:
     return [config.model] if config.method == "vanilla" else [config.model, "large"]
-
-
-def machine() -> dict:
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
-    return {
-        "host": platform.node(),
-        "device": dev,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
 
 
 def sweep(
