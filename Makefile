@@ -12,7 +12,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 figures figures-full tokenizer models cards clean-venv
+.PHONY: setup test lint fig4 figures figures-full bench tokenizer models cards clean-venv
 
 setup: $(STAMP)
 
@@ -44,6 +44,14 @@ figures: $(STAMP)
 # All of Multi30k val (1,014 sentences) instead of the default first 100.
 figures-full: PM_ARGS = -p n_examples 1014 -p out_dir figures/full
 figures-full: figures
+
+# The benchmark bar (README, Results): fig4's sweep over all of Multi30k val (1,014 sentences) on
+# a reduced grid around the aligned model's best points, in one run; figures/bench/.
+BENCH_GRID ?= -y '{fallbacks: [0.2, 0.3, 0.4, 0.5], rollbacks: [1.0, 2.0]}'
+bench: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/bench $(BENCH_GRID) \
+	  notebooks/fig4.ipynb build/notebooks/bench.ipynb
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

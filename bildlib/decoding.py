@@ -174,18 +174,22 @@ def bild(
     distance: str = "ce",
     sampling: Sampling | None = None,
     max_new_tokens: int = 128,
+    verify_end: bool | None = None,
 ) -> tuple[list[int], Trace]:
     """Big Little Decoder (Algorithm 1).
 
     fallback: α_FB; the small model hands over when its max probability is below it (None:
         never, then `window` small tokens are followed by one large call: the No-FB ablation).
     rollback: α_RB; a small token y_m is discarded with everything after it when
-        -log p_L(y_m) > α_RB (None: never, the No-RB ablation).
+        -log p_L(y_m) > α_RB (None: never, the No-RB ablation). Greedy: only where the large
+        model's token differs from y_m (putting y_m back in its own place would discard the
+        tokens after it for nothing; the authors' code skips those rollbacks too).
     max_small_steps: the most small tokens in a row before the large model runs (None: no limit).
     distance: "ce" as above, or "exact": roll back wherever y_m is not the large model's argmax
         (lossless: the output is the large model's greedy output).
-    When decoding ends (EOS or max_new_tokens) with small tokens the large model has not seen, and
-    rollback is on, the large model checks them in one last call.
+    verify_end: when decoding ends (EOS or max_new_tokens) with small tokens the large model has
+        not seen, the large model checks them in one last call. None: only for distance="exact"
+        (which is lossless only so); Algorithm 1 and the authors' code stop at the small EOS.
     """
     _check_common(max_new_tokens)
     if fallback is not None and not 0 <= fallback <= 1:
@@ -206,6 +210,10 @@ def bild(
         if max_small_steps is not None and max_small_steps < 1:
             raise ValueError(f"max_small_steps must be >= 1 or None, got {max_small_steps}")
         limit = max_small_steps if max_small_steps is not None else float("inf")
+    if verify_end is None:
+        verify_end = distance == "exact"
+    if verify_end and rollback is None:
+        raise ValueError("verify_end needs rollback on (without it the check changes nothing)")
 
     tr, pol = Trace(), _Policy(sampling, large.device)
     seq = [small.start(source_ids)]
@@ -228,7 +236,7 @@ def bild(
                 run += 1
                 continue
             tr.fallbacks += 1  # low confidence: drop y, the large model takes over
-        elif done and (run == 0 or rollback is None):
+        elif done and (run == 0 or not verify_end):
             break
         # The large model runs, in one call, every token it has not seen
         logits = pol.scaled(tr.call("L", large, seq[n_l:]))  # (k, V); row i predicts seq[n_l + 1 + i]
@@ -239,7 +247,9 @@ def bild(
         if rollback is not None and drafted:
             y_s = torch.tensor(drafted, device=logits.device)  # (k-1,)
             d, y_l = kernels.rollback_distance(logits[:-1], y_s)
-            bad = y_l != y_s if distance == "exact" else d > rollback
+            bad = y_l != y_s  # (k-1,) greedy: only where the large model's token differs
+            if distance == "ce":
+                bad = bad & (d > rollback) if pol.g is None else d > rollback
             m = int(torch.where(bad.any(), bad.int().argmax(), -1))  # one host sync per large call
             m = None if m < 0 else m
         if m is not None:  # rollback: discard seq[pos:], the large model's token goes at pos

@@ -145,6 +145,7 @@ class LM:
         self.cache = None
         self.enc = None  # encoder outputs (encoder-decoder)
         self.prompt = None  # prompt tokens before bos (decoder-only)
+        self._source = None  # (1, S) source or prompt not yet encoded / prefilled
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str = "cpu") -> LM:
@@ -159,20 +160,25 @@ class LM:
 
     @torch.inference_mode()
     def start(self, source_ids) -> int:
-        """Encode the source (or prefill the prompt) once; returns bos, the first decoder token."""
+        """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
+        prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
         x = torch.as_tensor(source_ids, dtype=torch.long, device=self.device).reshape(1, -1)  # (1, S)
         if x.shape[1] == 0:
             raise ValueError("source_ids is empty")
-        self.ids = []
+        self.ids, self.enc, self._source = [], None, x
         if self.is_encoder_decoder:
-            self.enc = self.model.get_encoder()(input_ids=x)
             self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
             return int(self.model.config.decoder_start_token_id)
         self.cache = DynamicCache(config=self.model.config)
-        self.prompt = x[:, :-1]  # (1, S-1), prefilled below
-        if x.shape[1] > 1:
-            self.model(input_ids=x[:, :-1], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.prompt = x[:, :-1]  # (1, S-1), prefilled at the first forward()
         return int(x[0, -1])
+
+    def _encode(self) -> None:
+        x, self._source = self._source, None
+        if self.is_encoder_decoder:
+            self.enc = self.model.get_encoder()(input_ids=x)
+        elif x.shape[1] > 1:
+            self.model(input_ids=x[:, :-1], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
 
     @torch.inference_mode()
     def forward(self, tokens: list[int]) -> torch.Tensor:
@@ -180,6 +186,8 @@ class LM:
             raise RuntimeError(f"{self.name}: call start() before forward()")
         if not tokens:
             raise ValueError("forward() needs at least one token")
+        if self._source is not None:
+            self._encode()
         x = torch.tensor([tokens], dtype=torch.long, device=self.device)  # (1, k)
         if self.is_encoder_decoder:
             out = self.model(

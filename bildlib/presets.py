@@ -75,11 +75,12 @@ PRESETS = {
         aligned="data/checkpoints/multi30k-small-aligned",
         large="data/checkpoints/multi30k-large",
         metric="bleu",
-        # Our small models are less confident than the paper's mT5 (at α_FB = 0.5 they fall back
-        # on ~40 % of tokens), so the default grid reaches lower; 32 configurations keep a cold
-        # fig4 run under 10 minutes on 2 CPU cores.
-        fallback_grid=(0.2, 0.3, 0.4, 0.6),
-        rollback_grid=(1.0, 2.0, 3.0, 5.0),
+        # Our small models are less confident than the paper's mT5 (at α_FB = 0.5 the aligned
+        # one falls back on ~20 % of tokens), so the grid reaches lower α_FB; and quality needs a
+        # low α_RB (at α_RB >= 2 BiLD loses ~3 BLEU here). 40 configurations keep a cold fig4
+        # run under 10 minutes on 2 CPU cores.
+        fallback_grid=(0.2, 0.3, 0.4, 0.5, 0.6),
+        rollback_grid=(0.5, 1.0, 2.0, 3.0),
         max_new_tokens=64,
     ),
     "iwslt2017-mt5": _paper("iwslt2017", "iwslt2017", "mT5", summarization=False),

@@ -91,7 +91,7 @@ CALIBRATION = "data/calibration/multi30k-large-train.parquet"
 # Adafactor with steps relative to each weight's scale: with AdamW these T5 models learned 3-4x
 # slower (README, "Model pair"). All saved in bf16 so the three checkpoints fit the 60 MB budget.
 _RECIPE = dict(optimizer="adafactor", lr=3e-2, warmup_steps=200, save_dtype="bfloat16")
-_SMALL = dict(model=SMALL, epochs=3, batch_size=64, **_RECIPE)
+_SMALL = dict(model=SMALL, epochs=4, batch_size=64, **_RECIPE)
 PRESETS = {
     "multi30k-small": TrainConfig(out="data/checkpoints/multi30k-small", **_SMALL),
     "multi30k-large": TrainConfig(
@@ -106,7 +106,7 @@ PRESETS = {
         out="data/checkpoints/multi30k-small-aligned-continued",
         init_from="data/checkpoints/multi30k-small",
         targets=CALIBRATION,
-        **{**_SMALL, "model": {}, "epochs": 1, "lr": 1e-2},
+        **{**_SMALL, "model": {}, "epochs": 4, "lr": 1e-2},
     ),
 }
 

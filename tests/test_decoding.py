@@ -84,6 +84,8 @@ def test_never_falling_back_is_small_greedy(pair):
         )
         assert out == greedy(small, src)
         assert tr.large_calls == 0 and tr.n_large == 0
+        # never called, never encoded (or prefilled): the large encoder runs at its first call
+        assert large.enc is None and large.cache.get_seq_length() == 0
 
 
 @pytest.mark.parametrize("fallback", [0.0, 0.3, 0.6])
@@ -100,6 +102,43 @@ def test_exact_distance_is_large_greedy(pair, fallback):
         n_fallbacks += tr.fallbacks
     assert n_rollbacks > 0  # the property was tested where it matters
     assert (n_fallbacks > 0) == (fallback > 0)
+
+
+def test_greedy_rollback_only_where_the_large_token_differs(pair):
+    """At α_RB = 0 every small token the large model does not rank first is rolled back, and no
+    other: exactly the decisions of distance="exact" (a rollback that puts the same token back in
+    place would discard the tokens after it for nothing)."""
+    small, large = pair
+    n_rollbacks = 0
+    for src in sources():
+        ce = D.bild(small, large, src, fallback=0.5, rollback=0.0, verify_end=True, max_new_tokens=24)
+        ex = D.bild(small, large, src, fallback=0.5, rollback=1.0, distance="exact", max_new_tokens=24)
+        assert ce[0] == ex[0] == greedy(large, src)
+        assert (ce[1].source, ce[1].rollbacks, ce[1].large_call_tokens) == (
+            ex[1].source, ex[1].rollbacks, ex[1].large_call_tokens,
+        )  # fmt: skip
+        n_rollbacks += ce[1].rollbacks
+    assert n_rollbacks > 0
+
+
+def test_verify_end(pair):
+    """Algorithm 1 stops at the small model's EOS; verify_end=True has the large model check the
+    unchecked tail in one last call (the default for distance="exact" only)."""
+    small, large = pair
+    checked = rolled = 0
+    for src in sources(20):
+        kw = dict(fallback=0.0, rollback=100.0, max_small_steps=None, max_new_tokens=24)
+        out, tr = D.bild(small, large, src, **kw)
+        assert out == greedy(small, src) and tr.large_calls == 0
+        out, tr = D.bild(small, large, src, verify_end=True, **kw)
+        assert tr.large_call_tokens[0] == len(greedy(small, src)) + 1  # bos + the whole output
+        if tr.rollbacks == 0:
+            assert out == greedy(small, src) and tr.large_calls == 1
+            checked += 1
+        rolled += tr.rollbacks > 0
+    assert checked > 0
+    with pytest.raises(ValueError, match="verify_end"):
+        D.bild(small, large, sources(1)[0], rollback=None, verify_end=True)
 
 
 def test_always_falling_back_without_rollback_is_large_greedy(pair):

@@ -149,6 +149,8 @@ def test_summary_table_and_pareto():
     assert t.loc[("BiLD (unaligned)", "≤ 1 point"), "speedup"] == pytest.approx(1 / 0.4)
     assert pd.isna(t.loc[("BiLD (aligned)", "no loss"), "score"])
     assert t.loc[("BiLD (aligned)", "≤ 1 point"), "speedup"] == pytest.approx(2.0)
+    assert t.loc[("BiLD (unaligned)", "≤ 0.5 point"), "speedup"] == pytest.approx(1 / 0.6)
+    assert t.loc[("BiLD (aligned)", "≤ 0.5 point"), "speedup"] == pytest.approx(2.0)
     assert t.loc[("BiLD (unaligned)", "no loss"), "rollback_pct"] == pytest.approx(20.0)
     front = X.pareto(s[s["method"] == "bild"])
     assert list(front["label"]) == ["c", "b", "d", "a"]
@@ -163,6 +165,8 @@ def test_bad_input(env):
         X.Config("beam")
     with pytest.raises(ValueError, match="needs a small model"):
         X.Config("bild", "large")
+    with pytest.raises(ValueError, match="fallbacks must be a list of numbers"):
+        X.bild_grid("multi30k", fallbacks="[0.3, 0.5]")  # papermill -p passes lists as strings
 
 
 def test_paper_preset_offline_names_what_is_missing(tmp_path):

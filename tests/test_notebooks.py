@@ -74,4 +74,4 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert s[["score", "norm_latency", "latency_s"]].notna().all().all()
             assert (s["latency_s"] > 0).all() and s["score"].between(0, 100).all()
     t = pd.read_csv(tmp_path / "fig" / "table1.csv")
-    assert list(t["model"]) == ["Vanilla (large)"] + ["BiLD (unaligned)"] * 2 + ["BiLD (aligned)"] * 2
+    assert list(t["model"]) == ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3
