@@ -328,7 +328,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         large_tokens=("large_tokens", "sum"), n=("id", "count"),
     )  # fmt: skip
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
-        s[c] = pd.to_numeric(s[c].astype(object).where(s[c].notna(), None), errors="coerce").astype(float)
+        s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
     s["norm_latency"] = s["latency_s"] / ref
     s["speedup"] = ref / s["latency_s"]
     s["fallback_pct"] = 100 * s["fallbacks"] / s["tokens"]

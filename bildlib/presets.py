@@ -77,7 +77,7 @@ PRESETS = {
         metric="bleu",
         # Our small models are less confident than the paper's mT5 (at α_FB = 0.5 the aligned
         # one falls back on ~20 % of tokens), so the grid reaches lower α_FB; and quality needs a
-        # low α_RB (at α_RB >= 2 BiLD loses ~3 BLEU here). 40 configurations keep a cold fig4
+        # low α_RB (aligned: α_RB 2 instead of 1 costs 1.6-2.7 BLEU). 40 configurations keep a cold fig4
         # run under 10 minutes on 2 CPU cores.
         fallback_grid=(0.2, 0.3, 0.4, 0.5, 0.6),
         rollback_grid=(0.5, 1.0, 2.0, 3.0),
