@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from bildlib import REPO_ROOT, data, metrics, presets
 from bildlib import decoding as D
 from bildlib.evaluate import machine
-from bildlib.models import LM, check_pair
+from bildlib.models import DTYPES, LM, check_pair
 
 RESULTS = REPO_ROOT / "data" / "results"
 CODE = ["bildlib/decoding.py", "bildlib/models.py", "kernels/__init__.py", "kernels/reference.py"]
@@ -104,12 +104,16 @@ def vanilla(model: str, repeat: int = 0) -> Config:
     return Config("vanilla", model, repeat=repeat, max_small_steps=None)
 
 
-def bild(model: str, fallback: float | None, rollback: float | None, window: int | None = None) -> Config:
-    return Config("bild", model, fallback, rollback, window, max_small_steps=None if window else 10)
+def bild(model: str, fallback, rollback, window: int | None = None, verify_end: bool | None = None) -> Config:
+    steps = None if window else 10  # the No-FB ablation's window replaces the step limit
+    return Config("bild", model, fallback, rollback, window, steps, verify_end=verify_end)
 
 
-def bild_grid(preset: str, models=("small", "aligned"), fallbacks=None, rollbacks=None) -> list[Config]:
-    """BiLD over the preset's α_FB × α_RB grid, for each small model."""
+def bild_grid(
+    preset: str, models=("small", "aligned"), fallbacks=None, rollbacks=None, verify_end: bool | None = None
+) -> list[Config]:
+    """BiLD over the preset's α_FB × α_RB grid, for each small model. verify_end: see
+    decoding.bild (None: Algorithm 1, which stops at the small model's EOS unchecked)."""
     p = presets.get(preset)
     fbs = p.fallback_grid if fallbacks is None else fallbacks
     rbs = p.rollback_grid if rollbacks is None else rollbacks
@@ -119,18 +123,22 @@ def bild_grid(preset: str, models=("small", "aligned"), fallbacks=None, rollback
                 f"{name} must be a list of numbers, got {vals!r} "
                 f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')"
             )
-    return [bild(m, fb, rb) for m in models for fb in fbs for rb in rbs]
+    if verify_end not in (None, False, True):
+        raise ValueError(f"verify_end must be true, false or None, got {verify_end!r}")
+    return [bild(m, fb, rb, verify_end=verify_end) for m in models for fb in fbs for rb in rbs]
 
 
 class Models:
     """The preset's checkpoints, loaded on first use and checked to share one vocabulary."""
 
-    def __init__(self, preset: presets.Preset, device: str = "cpu"):
-        self.preset, self.device, self._lm = preset, device, {}
+    def __init__(self, preset: presets.Preset, device: str = "cpu", dtype: str | None = "auto"):
+        if dtype not in (None, "auto", *DTYPES):
+            raise ValueError(f"dtype must be auto, {', '.join(DTYPES)} or None; got {dtype!r}")
+        self.preset, self.device, self.dtype, self._lm = preset, device, dtype, {}
 
     def __getitem__(self, which: str) -> LM:
         if which not in self._lm:
-            lm = LM.from_pretrained(self.preset.model(which), self.device)
+            lm = LM.from_pretrained(self.preset.model(which), self.device, self.dtype)
             if which != "large":
                 check_pair(lm, self["large"])
             self._lm[which] = lm
@@ -208,6 +216,7 @@ def run(
     split: str = "val",
     n_examples: int = 100,
     device: str = "cpu",
+    dtype: str | None = "auto",
     threads: int = 2,
     warmup: int = 2,
     models: Models | None = None,
@@ -216,15 +225,18 @@ def run(
     progress: bool = True,
 ) -> pd.DataFrame:
     """One row per example (id, source, reference, output, latency_s, trace counters), cached.
-    df.attrs holds the corpus score, its signature and how the run was made."""
+    df.attrs holds the corpus score, its signature and how the run was made. dtype: what the
+    models run in (bildlib.models.resolve_dtype; "auto": the stored dtype where the hardware
+    computes it natively); ignored when `models` is given."""
     p = presets.get(preset)
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    models = models or Models(p, device)
+    models = models or Models(p, device, dtype)
     ex = _examples(p, split, n_examples)
     spec = {
         "preset": p.name, "config": dataclasses.asdict(config), "split": split, "n_examples": n_examples,
         "models": {w: models.identity(w) for w in _needs(config)}, "code": code_version(),
+        "dtypes": {w: str(models[w].model.dtype).removeprefix("torch.") for w in _needs(config)},
         "device": torch.device(models.device).type, "threads": threads, "warmup": warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip
@@ -292,7 +304,9 @@ def sweep(
         if c not in seen:
             seen.add(c)
             plan.append(c)
-    models = kw.pop("models", None) or Models(presets.get(preset), kw.get("device", "cpu"))
+    models = kw.pop("models", None) or Models(
+        presets.get(preset), kw.get("device", "cpu"), kw.get("dtype", "auto")
+    )
     frames = []
     for c in tqdm(plan, desc=f"{preset} sweep", disable=not progress):
         df = run(preset, c, split, n_examples, models=models, progress=progress, **kw)

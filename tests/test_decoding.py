@@ -382,3 +382,29 @@ def test_shipped_pair_properties(shipped):
         )
         assert out == greedy(small, src, 64)
     assert rollbacks > 0
+
+
+def test_dtype_resolution_and_loading(tmp_path, monkeypatch):
+    import torch
+
+    from bildlib import models as M
+
+    cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
+    assert M.resolve_dtype(None, cpu, bf16) == f32  # the default: fp32 on CPU, as training and cards
+    assert M.resolve_dtype("auto", cpu, f32) == f32
+    assert M.resolve_dtype("auto", cpu, torch.float16) == f32
+    monkeypatch.setattr(M, "native_bf16", lambda: True)
+    assert M.resolve_dtype("auto", cpu, bf16) == bf16
+    monkeypatch.setattr(M, "native_bf16", lambda: False)
+    assert M.resolve_dtype("auto", cpu, bf16) == f32  # emulated bf16 is slower than fp32
+    assert M.resolve_dtype("bfloat16", cpu, f32) == bf16
+
+    path = save_tiny(tiny_model("t5", seed=1).to(bf16), tmp_path / "bf16")
+    assert LM.from_pretrained(path).model.dtype == f32
+    assert LM.from_pretrained(path, dtype="auto").model.dtype == f32  # native_bf16 patched off
+    lm = LM.from_pretrained(path, dtype="bfloat16")
+    assert lm.model.dtype == bf16
+    lm.start([5, 6, 7])
+    assert torch.isfinite(lm.forward([lm.model.config.decoder_start_token_id, 9]).float()).all()
+    with pytest.raises(ValueError, match="dtype must be auto"):
+        LM.from_pretrained(path, dtype="float64")

@@ -178,3 +178,20 @@ def test_paper_preset_offline_names_what_is_missing(tmp_path):
         env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "BILD_MODELS": ""},
     )
     assert "EdinburghNLP/xsum" in proc.stdout or "kssteven/T5-large-xsum" in proc.stdout
+
+
+def test_dtype_and_verify_end_are_part_of_the_results(env):
+    c = X.vanilla("small")
+    a = X.run(PRESET, c, n_examples=3, results=env, progress=False, dtype="float32")
+    b = X.run(PRESET, c, n_examples=3, results=env, progress=False, dtype="bfloat16")
+    assert a.attrs["key"] != b.attrs["key"] and len(list((env / PRESET).glob("*.parquet"))) == 2
+    assert a.attrs["spec"]["dtypes"] == {"small": "float32"} and b.attrs["spec"]["dtypes"] == {
+        "small": "bfloat16"
+    }
+    grid = X.bild_grid(PRESET, models=("aligned",), fallbacks=[0.5], rollbacks=[1.0], verify_end=True)
+    assert [g.label for g in grid] == ["bild-aligned-fb0.5-rb1.0-verify"] and grid[0].verify_end
+    assert X.bild_grid(PRESET, fallbacks=[0.5], rollbacks=[1.0])[0].label == "bild-small-fb0.5-rb1.0"
+    with pytest.raises(ValueError, match="verify_end must be"):
+        X.bild_grid(PRESET, verify_end="yes")
+    with pytest.raises(ValueError, match="dtype must be"):
+        X.run(PRESET, c, n_examples=3, results=env, dtype="fp8")
