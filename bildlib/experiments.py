@@ -110,10 +110,10 @@ def bild(model: str, fallback, rollback, window: int | None = None, verify_end: 
 
 
 def bild_grid(
-    preset: str, models=("small", "aligned"), fallbacks=None, rollbacks=None, verify_end: bool | None = None
+    preset: str, models=("small", "aligned"), fallbacks=None, rollbacks=None, verify_end=(None,)
 ) -> list[Config]:
-    """BiLD over the preset's α_FB × α_RB grid, for each small model. verify_end: see
-    decoding.bild (None: Algorithm 1, which stops at the small model's EOS unchecked)."""
+    """BiLD over the preset's α_FB × α_RB grid, for each small model and each verify_end value
+    (decoding.bild; None or False: Algorithm 1, which stops at the small model's EOS unchecked)."""
     p = presets.get(preset)
     fbs = p.fallback_grid if fallbacks is None else fallbacks
     rbs = p.rollback_grid if rollbacks is None else rollbacks
@@ -123,9 +123,12 @@ def bild_grid(
                 f"{name} must be a list of numbers, got {vals!r} "
                 f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')"
             )
-    if verify_end not in (None, False, True):
-        raise ValueError(f"verify_end must be true, false or None, got {verify_end!r}")
-    return [bild(m, fb, rb, verify_end=verify_end) for m in models for fb in fbs for rb in rbs]
+    if isinstance(verify_end, str) or not all(v in (None, False, True) for v in verify_end):
+        raise ValueError(f"verify_end must be a list of true/false, got {verify_end!r}")
+    ends = [v or None for v in dict.fromkeys(verify_end)]  # False is Algorithm 1, as None
+    return [
+        bild(m, fb, rb, verify_end=v) for v in dict.fromkeys(ends) for m in models for fb in fbs for rb in rbs
+    ]
 
 
 class Models:
@@ -333,14 +336,15 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("no vanilla-large rows: run the sweep with its baseline")
     per_repeat = base.groupby("repeat")["latency_s"].mean()
     ref = per_repeat.mean()
-    g = df.groupby("label", sort=False)
+    g = (df if "verify_end" in df else df.assign(verify_end=None)).groupby("label", sort=False)
     s = g.agg(
         method=("method", "first"), model=("model", "first"), fallback=("fallback", "first"),
         rollback=("rollback", "first"), window=("window", "first"), threshold=("threshold", "first"),
         repeat=("repeat", "first"), score=("score", "first"), latency_s=("latency_s", "mean"),
         tokens=("tokens", "sum"), fallbacks=("fallbacks", "sum"), rollbacks=("rollbacks", "sum"),
-        large_tokens=("large_tokens", "sum"), n=("id", "count"),
+        large_tokens=("large_tokens", "sum"), n=("id", "count"), verify_end=("verify_end", "first"),
     )  # fmt: skip
+    s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
         s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
     s["norm_latency"] = s["latency_s"] / ref
@@ -386,7 +390,7 @@ def summary_table(s: pd.DataFrame, regimes=REGIMES) -> pd.DataFrame:
             r = ok.loc[ok["speedup"].idxmax()]
             rows.append(
                 {"model": name, "regime": regime, "score": r["score"], "speedup": r["speedup"]}
-                | {"fallback": r["fallback"], "rollback": r["rollback"]}
+                | {"fallback": r["fallback"], "rollback": r["rollback"], "verify_end": r["verify_end"]}
                 | {"fallback_pct": r["fallback_pct"], "rollback_pct": r["rollback_pct"]}
             )
     return pd.DataFrame(rows)

@@ -406,5 +406,9 @@ def test_dtype_resolution_and_loading(tmp_path, monkeypatch):
     assert lm.model.dtype == bf16
     lm.start([5, 6, 7])
     assert torch.isfinite(lm.forward([lm.model.config.decoder_start_token_id, 9]).float()).all()
+    monkeypatch.setattr(M, "native_bf16", lambda: True)
+    cfg = path / "config.json"  # declared fp32 as bildlib.train writes it: the stored weights decide
+    cfg.write_text(cfg.read_text().replace('"bfloat16"', '"float32"'))
+    assert LM.from_pretrained(path, dtype="auto").model.dtype == bf16
     with pytest.raises(ValueError, match="dtype must be auto"):
         LM.from_pretrained(path, dtype="float64")

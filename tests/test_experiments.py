@@ -133,13 +133,14 @@ def test_summary_table_and_pareto():
         ("a", "bild", "small", 0.5, 1.0, 29.9, 0.6),  # no loss, 1/0.6
         ("b", "bild", "small", 0.3, 5.0, 29.1, 0.4),  # within one point, 1/0.4
         ("c", "bild", "small", 0.2, 9.0, 28.0, 0.3),  # too lossy
-        ("d", "bild", "aligned", 0.5, 1.0, 29.5, 0.5),  # aligned: only within one point
+        ("d", "bild", "aligned", 0.5, 1.0, 29.5, 0.5),  # aligned: within one point
+        ("e", "bild", "aligned", 0.6, 1.0, 29.9, 0.8),  # aligned, checking the end: no loss
     ]
     df = pd.DataFrame(
         [
             {"label": lab, "method": m, "model": mo, "fallback": fb, "rollback": rb, "window": None,
              "threshold": None, "repeat": 0, "score": sc, "latency_s": lat, "tokens": 10, "fallbacks": 1,
-             "rollbacks": 2, "large_tokens": 3, "id": 0}
+             "rollbacks": 2, "large_tokens": 3, "id": 0, "verify_end": True if lab == "e" else None}
             for lab, m, mo, fb, rb, sc, lat in rows
         ]
     )  # fmt: skip
@@ -147,13 +148,18 @@ def test_summary_table_and_pareto():
     t = X.summary_table(s).set_index(["model", "regime"])
     assert t.loc[("BiLD (unaligned)", "no loss"), "speedup"] == pytest.approx(1 / 0.6)
     assert t.loc[("BiLD (unaligned)", "≤ 1 point"), "speedup"] == pytest.approx(1 / 0.4)
-    assert pd.isna(t.loc[("BiLD (aligned)", "no loss"), "score"])
+    assert t.loc[("BiLD (aligned)", "no loss"), "speedup"] == pytest.approx(1 / 0.8)
+    assert (
+        t.loc[("BiLD (aligned)", "no loss"), "verify_end"]
+        and not t.loc[("BiLD (aligned)", "≤ 1 point"), "verify_end"]
+    )
+    assert list(X.summarize(df.drop(columns="verify_end"))["verify_end"]) == [False] * 7  # older results
     assert t.loc[("BiLD (aligned)", "≤ 1 point"), "speedup"] == pytest.approx(2.0)
     assert t.loc[("BiLD (unaligned)", "≤ 0.5 point"), "speedup"] == pytest.approx(1 / 0.6)
     assert t.loc[("BiLD (aligned)", "≤ 0.5 point"), "speedup"] == pytest.approx(2.0)
     assert t.loc[("BiLD (unaligned)", "no loss"), "rollback_pct"] == pytest.approx(20.0)
     front = X.pareto(s[s["method"] == "bild"])
-    assert list(front["label"]) == ["c", "b", "d", "a"]
+    assert list(front["label"]) == ["c", "b", "d", "a"]  # e: slower than a at the same score
 
 
 def test_bad_input(env):
@@ -188,10 +194,13 @@ def test_dtype_and_verify_end_are_part_of_the_results(env):
     assert a.attrs["spec"]["dtypes"] == {"small": "float32"} and b.attrs["spec"]["dtypes"] == {
         "small": "bfloat16"
     }
-    grid = X.bild_grid(PRESET, models=("aligned",), fallbacks=[0.5], rollbacks=[1.0], verify_end=True)
-    assert [g.label for g in grid] == ["bild-aligned-fb0.5-rb1.0-verify"] and grid[0].verify_end
+    grid = X.bild_grid(
+        PRESET, models=("aligned",), fallbacks=[0.5], rollbacks=[1.0], verify_end=[False, True]
+    )
+    assert [g.label for g in grid] == ["bild-aligned-fb0.5-rb1.0", "bild-aligned-fb0.5-rb1.0-verify"]
+    assert grid[1].verify_end and grid[0] == X.bild("aligned", 0.5, 1.0)  # False is Algorithm 1: same cache
     assert X.bild_grid(PRESET, fallbacks=[0.5], rollbacks=[1.0])[0].label == "bild-small-fb0.5-rb1.0"
     with pytest.raises(ValueError, match="verify_end must be"):
-        X.bild_grid(PRESET, verify_end="yes")
+        X.bild_grid(PRESET, verify_end="[true]")  # papermill -p passes lists as strings
     with pytest.raises(ValueError, match="dtype must be"):
         X.run(PRESET, c, n_examples=3, results=env, dtype="fp8")
