@@ -131,13 +131,22 @@ def bild_grid(
     ]
 
 
+def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
+    """The preset with some of its small / aligned / large checkpoints replaced."""
+    bad = set(checkpoints or {}) - {"small", "aligned", "large"}
+    if bad:
+        raise ValueError(f"checkpoints: keys must be small, aligned or large, got {sorted(bad)}")
+    return dataclasses.replace(p, **{k: str(v) for k, v in (checkpoints or {}).items()})
+
+
 class Models:
     """The preset's checkpoints, loaded on first use and checked to share one vocabulary."""
 
-    def __init__(self, preset: presets.Preset, device: str = "cpu", dtype: str | None = "auto"):
-        if dtype not in (None, "auto", *DTYPES):
-            raise ValueError(f"dtype must be auto, {', '.join(DTYPES)} or None; got {dtype!r}")
-        self.preset, self.device, self.dtype, self._lm = preset, device, dtype, {}
+    def __init__(self, preset: presets.Preset, device: str = "cpu", dtype: str = "default"):
+        if dtype not in ("default", "auto", *DTYPES):
+            raise ValueError(f"dtype must be default, auto, {', '.join(DTYPES)}; got {dtype!r}")
+        self.preset, self.device, self._lm = preset, device, {}
+        self.dtype = None if dtype == "default" else dtype  # None: fp32 on CPU, stored on GPU
 
     def __getitem__(self, which: str) -> LM:
         if which not in self._lm:
@@ -219,7 +228,8 @@ def run(
     split: str = "val",
     n_examples: int = 100,
     device: str = "cpu",
-    dtype: str | None = "auto",
+    dtype: str = "default",
+    checkpoints: dict | None = None,
     threads: int = 2,
     warmup: int = 2,
     models: Models | None = None,
@@ -229,9 +239,11 @@ def run(
 ) -> pd.DataFrame:
     """One row per example (id, source, reference, output, latency_s, trace counters), cached.
     df.attrs holds the corpus score, its signature and how the run was made. dtype: what the
-    models run in (bildlib.models.resolve_dtype; "auto": the stored dtype where the hardware
-    computes it natively); ignored when `models` is given."""
-    p = presets.get(preset)
+    models run in ("default": fp32 on CPU as the model cards, the stored dtype on GPU; "auto":
+    the stored dtype where the hardware computes it natively; see models.resolve_dtype).
+    checkpoints: replaces some of the preset's models, e.g. {"aligned": folder} (what-if runs).
+    dtype and checkpoints are ignored when `models` is given."""
+    p = with_checkpoints(presets.get(preset), checkpoints)
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     models = models or Models(p, device, dtype)
@@ -307,9 +319,8 @@ def sweep(
         if c not in seen:
             seen.add(c)
             plan.append(c)
-    models = kw.pop("models", None) or Models(
-        presets.get(preset), kw.get("device", "cpu"), kw.get("dtype", "auto")
-    )
+    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
+    models = kw.pop("models", None) or Models(p, kw.get("device", "cpu"), kw.get("dtype", "default"))
     frames = []
     for c in tqdm(plan, desc=f"{preset} sweep", disable=not progress):
         df = run(preset, c, split, n_examples, models=models, progress=progress, **kw)

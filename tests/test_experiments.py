@@ -204,3 +204,23 @@ def test_dtype_and_verify_end_are_part_of_the_results(env):
         X.bild_grid(PRESET, verify_end="[true]")  # papermill -p passes lists as strings
     with pytest.raises(ValueError, match="dtype must be"):
         X.run(PRESET, c, n_examples=3, results=env, dtype="fp8")
+    assert X.run(PRESET, c, n_examples=3, results=env, progress=False).attrs["spec"]["dtypes"] == {
+        "small": "float32"
+    }
+
+
+def test_checkpoints_replace_the_presets_models(env, mirror):
+    p = presets.get(PRESET)
+    a = X.run(PRESET, X.vanilla("aligned"), n_examples=4, results=env, progress=False)
+    b = X.run(
+        PRESET,
+        X.vanilla("small"),
+        n_examples=4,
+        results=env,
+        progress=False,
+        checkpoints={"small": mirror / p.aligned},
+    )
+    assert list(a["output"]) == list(b["output"])
+    assert b.attrs["spec"]["models"]["small"] == a.attrs["spec"]["models"]["aligned"]  # the weights' hash
+    with pytest.raises(ValueError, match="checkpoints: keys must be"):
+        X.run(PRESET, X.vanilla("small"), n_examples=4, results=env, checkpoints={"tiny": "x"})
