@@ -48,6 +48,7 @@ figures-full: figures
 # The benchmark bar (README, Results): fig4's sweep over all of Multi30k val (1,014 sentences) on
 # a reduced grid around the aligned model's best points, in one run; figures/bench/.
 # figures/bench-high: make bench BENCH_OUT=figures/bench-high BENCH_GRID="-y '{fallbacks: [0.6, 0.7, 0.8], rollbacks: [0.5, 1.0]}'"
+# figures/bench-bf16 and figures/bench-aligned8: the commands are in README (Results).
 BENCH_GRID ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [0.5, 1.0]}'
 BENCH_OUT ?= figures/bench
 bench: $(STAMP)

@@ -132,11 +132,19 @@ def bild_grid(
 
 
 def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
-    """The preset with some of its small / aligned / large checkpoints replaced."""
+    """The preset with some of its small / aligned / large checkpoints replaced (folders relative
+    to the working directory or the repository root, or hub ids)."""
     bad = set(checkpoints or {}) - {"small", "aligned", "large"}
     if bad:
         raise ValueError(f"checkpoints: keys must be small, aligned or large, got {sorted(bad)}")
-    return dataclasses.replace(p, **{k: str(v) for k, v in (checkpoints or {}).items()})
+
+    def where(v) -> str:  # a folder (as given, or from the repository root) or a hub id
+        for f in (Path(v), REPO_ROOT / str(v)):
+            if f.is_dir():
+                return str(f.resolve())
+        return str(v)
+
+    return dataclasses.replace(p, **{k: where(v) for k, v in (checkpoints or {}).items()})
 
 
 class Models:

@@ -222,5 +222,7 @@ def test_checkpoints_replace_the_presets_models(env, mirror):
     )
     assert list(a["output"]) == list(b["output"])
     assert b.attrs["spec"]["models"]["small"] == a.attrs["spec"]["models"]["aligned"]  # the weights' hash
+    q = X.with_checkpoints(presets.get("multi30k"), {"aligned": "data/checkpoints/multi30k-small"})
+    assert q.model("aligned") == presets.get("multi30k").model("small")  # repository-relative folder
     with pytest.raises(ValueError, match="checkpoints: keys must be"):
         X.run(PRESET, X.vanilla("small"), n_examples=4, results=env, checkpoints={"tiny": "x"})
