@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from bildlib import REPO_ROOT, data, metrics, presets
 from bildlib import decoding as D
 from bildlib.evaluate import machine
-from bildlib.models import DTYPES, LM, check_pair
+from bildlib.models import LM, check_dtype, check_pair, resolve_device, resolve_dtype, stored_dtype
 
 RESULTS = REPO_ROOT / "data" / "results"
 CODE = ["bildlib/decoding.py", "bildlib/models.py", "kernels/__init__.py", "kernels/reference.py"]
@@ -151,10 +151,9 @@ class Models:
     """The preset's checkpoints, loaded on first use and checked to share one vocabulary."""
 
     def __init__(self, preset: presets.Preset, device: str = "cpu", dtype: str = "default"):
-        if dtype not in ("default", "auto", *DTYPES):
-            raise ValueError(f"dtype must be default, auto, {', '.join(DTYPES)}; got {dtype!r}")
+        self.dtype = None if dtype in ("default", None) else dtype  # None: fp32 on CPU, stored on GPU
+        check_dtype(self.dtype)
         self.preset, self.device, self._lm = preset, device, {}
-        self.dtype = None if dtype == "default" else dtype  # None: fp32 on CPU, stored on GPU
 
     def __getitem__(self, which: str) -> LM:
         if which not in self._lm:
@@ -163,6 +162,14 @@ class Models:
                 check_pair(lm, self["large"])
             self._lm[which] = lm
         return self._lm[which]
+
+    def dtype_of(self, which: str) -> str:
+        """The dtype `which` runs in; for a local folder without loading it (a cache hit loads
+        no model)."""
+        stored = None if which in self._lm else stored_dtype(self.preset.model(which))
+        if stored is None:
+            return str(self[which].model.dtype).removeprefix("torch.")
+        return str(resolve_dtype(self.dtype, resolve_device(self.device), stored)).removeprefix("torch.")
 
     def identity(self, which: str) -> str:
         """What the results depend on: the weights' hash (local) or the hub commit."""
@@ -259,7 +266,7 @@ def run(
     spec = {
         "preset": p.name, "config": dataclasses.asdict(config), "split": split, "n_examples": n_examples,
         "models": {w: models.identity(w) for w in _needs(config)}, "code": code_version(),
-        "dtypes": {w: str(models[w].model.dtype).removeprefix("torch.") for w in _needs(config)},
+        "dtypes": {w: models.dtype_of(w) for w in _needs(config)},
         "device": torch.device(models.device).type, "threads": threads, "warmup": warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip

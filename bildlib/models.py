@@ -102,23 +102,27 @@ def resolve_dtype(dtype: str | None, device: torch.device, stored: torch.dtype) 
     return DTYPES[dtype]
 
 
-def stored_dtype(path: str | Path, model) -> torch.dtype:
+def stored_dtype(path: str | Path) -> torch.dtype | None:
     """The dtype of the weights in a local folder's safetensors (its config may declare fp32 to
-    make from_pretrained upcast, as bildlib.train does); otherwise the loaded model's dtype."""
+    make from_pretrained upcast, as bildlib.train does); None for a hub id or other formats."""
     files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
-    if files:
-        from safetensors import safe_open
+    if not files:
+        return None
+    from safetensors import safe_open
 
-        with safe_open(str(files[0]), "pt") as f:
-            return f.get_tensor(next(iter(f.keys()))).dtype
-    return model.dtype
+    with safe_open(str(files[0]), "pt") as f:
+        return f.get_tensor(next(iter(f.keys()))).dtype
+
+
+def check_dtype(dtype: str | None) -> None:
+    if dtype not in (None, "auto", *DTYPES):
+        raise ValueError(f"dtype must be auto, {', '.join(DTYPES)} or None (default); got {dtype!r}")
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None):
     """(model, tokenizer) for an encoder-decoder or a decoder-only checkpoint, in eval mode, in
     `dtype` (see resolve_dtype; the default, fp32 on CPU, is what training and the cards use)."""
-    if dtype not in (None, "auto", *DTYPES):
-        raise ValueError(f"dtype must be auto, {', '.join(DTYPES)} or None; got {dtype!r}")
+    check_dtype(dtype)
     dev = resolve_device(device)
     tok = load_tokenizer(path)
     try:
@@ -128,7 +132,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str | None = None):
     except (OSError, ValueError) as e:
         raise _unavailable(path, e) from e
     check_vocab(tok, model.config, str(path))
-    return model.to(dev, resolve_dtype(dtype, dev, stored_dtype(path, model))).eval(), tok
+    stored = stored_dtype(path) or model.dtype
+    return model.to(dev, resolve_dtype(dtype, dev, stored)).eval(), tok
 
 
 def check_vocab(tok, config, name: str = "model") -> None:

@@ -194,6 +194,9 @@ def test_dtype_and_verify_end_are_part_of_the_results(env):
     assert a.attrs["spec"]["dtypes"] == {"small": "float32"} and b.attrs["spec"]["dtypes"] == {
         "small": "bfloat16"
     }
+    models = X.Models(presets.get(PRESET), dtype="bfloat16")
+    again = X.run(PRESET, c, n_examples=3, results=env, progress=False, models=models)
+    assert again.attrs["key"] == b.attrs["key"] and not models._lm  # a cache hit loads no model
     grid = X.bild_grid(
         PRESET, models=("aligned",), fallbacks=[0.5], rollbacks=[1.0], verify_end=[False, True]
     )
