@@ -125,10 +125,8 @@ def bild_grid(
             )
     if isinstance(verify_end, str) or not all(v in (None, False, True) for v in verify_end):
         raise ValueError(f"verify_end must be a list of true/false, got {verify_end!r}")
-    ends = [v or None for v in dict.fromkeys(verify_end)]  # False is Algorithm 1, as None
-    return [
-        bild(m, fb, rb, verify_end=v) for v in dict.fromkeys(ends) for m in models for fb in fbs for rb in rbs
-    ]
+    ends = dict.fromkeys(v or None for v in verify_end)  # False is Algorithm 1, as None; once each
+    return [bild(m, fb, rb, verify_end=v) for v in ends for m in models for fb in fbs for rb in rbs]
 
 
 def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
