@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from bildlib import data, metrics
-from bildlib.models import load_seq2seq
+from bildlib import data, metrics, repo_relative
+from bildlib.models import LM, load_model
 
 
 @torch.inference_mode()
@@ -47,12 +47,12 @@ def evaluate(
     path: str | Path, split: str = "val", n: int | None = None, device: str = "cpu", batch_size: int = 64
 ) -> dict:
     """Greedy BLEU of a checkpoint on a Multi30k split."""
-    model, tok = load_seq2seq(path, device)
+    model, tok = load_model(path, device)
     s = data.load("multi30k", split, n)
     hyps = translate(model, tok, s.sources, s.task.prefix, batch_size)
     score = metrics.bleu(hyps, s.references)
     return {
-        "model": str(path),
+        "model": repo_relative(path),
         "split": split,
         "n": len(s),
         "bleu": round(score.value, 2),
@@ -62,44 +62,29 @@ def evaluate(
 
 
 @torch.inference_mode()
-def decode_latency(model, tok, sources: list[str], n_tokens: int = 32, repeats: int = 3) -> dict:
-    """Batch-1 decoding cost with a KV cache: median seconds of one single-token call, and of one
-    call over 10 new tokens (what BiLD's large model does), over sources and repeats; the first
-    source is a warm-up and is not counted."""
-    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-
-    start = model.config.decoder_start_token_id
+def decode_latency(lm: LM, sources: list[str], n_tokens: int = 32, repeats: int = 3) -> dict:
+    """Batch-1 decoding cost through the LM adapter the decoders use (KV cache): median seconds
+    of one single-token call, and of one call over 10 new tokens (what BiLD's large model does),
+    over sources and repeats; the first source is a warm-up and is not counted, and so is each
+    source's first call (it also runs the encoder)."""
     single, parallel = [], []
     for r in range(repeats):
         for j, src in enumerate(sources):
-            ids = tok(src, return_tensors="pt").input_ids.to(model.device)
-            enc = model.get_encoder()(input_ids=ids)
-            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-            y = torch.tensor([[start]], device=model.device)
+            y = lm.start(lm.encode(src))
             times = []
             for _ in range(n_tokens):  # forced to n_tokens: EOS is not honoured, so every call is timed
                 t = time.perf_counter()
-                logits = model(encoder_outputs=enc, decoder_input_ids=y, past_key_values=cache).logits
-                y = logits[:, -1:].argmax(-1)
-                _sync(model)
+                y = int(lm.forward([y])[-1].argmax())  # the host sync ends the call on any device
                 times.append(time.perf_counter() - t)
-            cache.crop(-10)
+            lm.crop(len(lm.ids) - 10)
             t = time.perf_counter()
-            model(
-                encoder_outputs=enc,
-                decoder_input_ids=torch.randint(3, 100, (1, 10), device=model.device),
-                past_key_values=cache,
-            )
-            _sync(model)
+            lm.forward(torch.randint(3, 100, (10,)).tolist())
+            if lm.device.type == "cuda":
+                torch.cuda.synchronize()
             if r > 0 or j > 0:
                 single += times[1:]
                 parallel.append(time.perf_counter() - t)
     return {"per_token_s": statistics.median(single), "call10_s": statistics.median(parallel)}
-
-
-def _sync(model):
-    if model.device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def machine() -> dict:
@@ -114,18 +99,18 @@ def machine() -> dict:
 
 def latency_table(paths: list[str], n_sources: int = 20, threads: int = 2) -> list[dict]:
     """decode_latency of several checkpoints in one process (see latency_of)."""
-    return latency_of({p: load_seq2seq(p) for p in paths}, n_sources, threads)
+    return latency_of({repo_relative(p): LM.from_pretrained(p) for p in paths}, n_sources, threads)
 
 
 def latency_of(models: dict, n_sources: int = 20, threads: int = 2) -> list[dict]:
-    """decode_latency of several {name: (model, tokenizer)} in one process on the first n_sources
+    """decode_latency of several {name: LM} in one process on the first n_sources
     val sentences, three rounds interleaved so that drift hits all alike; medians."""
     torch.set_num_threads(threads)
     sources = data.load("multi30k", "val", n_sources).sources
     rows = {name: [] for name in models}
     for _ in range(3):
-        for name, (m, t) in models.items():
-            rows[name].append(decode_latency(m, t, sources, repeats=1))
+        for name, lm in models.items():
+            rows[name].append(decode_latency(lm, sources, repeats=1))
     return [
         {
             "model": name,

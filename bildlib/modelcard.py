@@ -133,17 +133,17 @@ Reproduce the BLEU: `python -m bildlib.evaluate data/checkpoints/{name} --split 
 
 def size_latency(threads: int = 2) -> list[dict]:
     """Per-token latency of random-init models of the SMALL and LARGE sizes: what chose them."""
-    from bildlib.models import load_tokenizer
+    from bildlib.models import LM, load_tokenizer
     from bildlib.train import LARGE, SMALL, TrainConfig, _path, build_model
 
     tok = load_tokenizer(_path(TrainConfig.tokenizer))
     models = {
-        k: (build_model(TrainConfig(out="-", model=v), tok).eval(), tok)
+        k: LM(build_model(TrainConfig(out="-", model=v), tok), tok, k)
         for k, v in (("SMALL", SMALL), ("LARGE", LARGE))
     }
     rows = latency_of(models, threads=threads)
     for r in rows:
-        r["params_m"] = round(sum(p.numel() for p in models[r["model"]][0].parameters()) / 1e6, 2)
+        r["params_m"] = round(sum(p.numel() for p in models[r["model"]].model.parameters()) / 1e6, 2)
     return rows
 
 

@@ -1,4 +1,4 @@
-"""The paper's figures from experiment summaries (bildlib.experiments.summarize)."""
+"""The paper's figures from experiment summaries (bildlib.analysis.summarize)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bildlib import REPO_ROOT, data  # noqa: E402
-from bildlib.experiments import pareto  # noqa: E402
+from bildlib.analysis import pareto  # noqa: E402
 
 FIGURES = REPO_ROOT / "figures"
 METRIC_NAME = {"bleu": "BLEU", "rougeL": "ROUGE-L"}

@@ -2,17 +2,16 @@
 
 `multi30k` is the embedded default (the checkpoints this project ships, Multi30k val). The
 paper presets use the authors' published checkpoints on the Hugging Face Hub with the paper's
-datasets. Hub names resolve to `$BILD_MODELS/<owner>/<name>` when that folder exists (a local
-mirror, or tiny stand-ins in the tests), and otherwise go to `from_pretrained` as hub ids.
+datasets. Each name goes through bildlib.models.locate: a repository folder, a
+`$BILD_MODELS/<owner>/<name>` mirror of a hub id (a local mirror, or tiny stand-ins in the
+tests), or the hub id itself.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from bildlib import REPO_ROOT
+from bildlib.models.load import locate
 
 TRANSLATION_FB = (0.5, 0.6, 0.7, 0.8, 0.9)  # α_FB grid of the paper's translation sweeps
 TRANSLATION_RB = (1.0, 2.0, 3.0, 5.0, 10.0)  # α_RB in [1, 10]
@@ -37,17 +36,7 @@ class Preset:
         """The checkpoint of `which` ("small", "aligned" or "large"): a local folder or a hub id."""
         if which not in ("small", "aligned", "large"):
             raise ValueError(f"which must be 'small', 'aligned' or 'large', got {which!r}")
-        return resolve(getattr(self, which))
-
-
-def resolve(name: str) -> str:
-    """A repo-relative folder, a $BILD_MODELS mirror of a hub id, or the hub id itself."""
-    if name.startswith("data/"):
-        return str(REPO_ROOT / name)
-    mirror = os.environ.get("BILD_MODELS")
-    if mirror and (Path(mirror) / name).is_dir():
-        return str(Path(mirror) / name)
-    return name
+        return locate(getattr(self, which))
 
 
 def _paper(task: str, dataset: str, family: str, summarization: bool) -> Preset:

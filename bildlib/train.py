@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 
 from bildlib import REPO_ROOT, data, metrics
 from bildlib.evaluate import machine, translate
-from bildlib.models import check_vocab, load_seq2seq, load_tokenizer, resolve_device
+from bildlib.models import check_vocab, load_model, load_tokenizer, locate, resolve_device
 from bildlib.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
 
 MAX_LEN = 128  # tokens, source and target; Multi30k's longest sentence has 60
@@ -173,7 +174,7 @@ def build_model(cfg: TrainConfig, tok):
     torch.manual_seed(cfg.seed)
     if cfg.init_from:
         try:
-            model = AutoModelForSeq2SeqLM.from_pretrained(_resolve_model(cfg.init_from), dtype=torch.float32)
+            model = AutoModelForSeq2SeqLM.from_pretrained(locate(cfg.init_from), dtype=torch.float32)
         except (OSError, ValueError) as e:
             raise FileNotFoundError(f"init_from: cannot load model {cfg.init_from!r}: {e}") from e
     else:
@@ -197,14 +198,6 @@ def build_model(cfg: TrainConfig, tok):
     )
     g.max_new_tokens, g.num_beams, g.do_sample = MAX_LEN, 1, False
     return model
-
-
-def _resolve_model(name: str) -> str:
-    """A local folder (relative to the checkout or the working directory) or a hub name."""
-    for p in (Path(name), _path(name)):
-        if p.exists():
-            return str(p)
-    return name
 
 
 def save_checkpoint(model, tok, out: Path, dtype: str) -> None:
@@ -232,13 +225,14 @@ def _atomic_write(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- training
 
 
-def train(cfg: TrainConfig, progress: bool = True) -> dict:
-    """Train per cfg (resuming from <out>.resume/ if it holds a state of the same cfg); returns the log."""
+def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -> dict:
+    """Train per cfg (resuming from <out>.resume/ if it holds a state of the same cfg); returns the
+    log. command: the command line to record (main() passes it as a user would type it)."""
     cfg.validate()
     device = resolve_device(cfg.device)
     out = _path(cfg.out)
     resume = out.with_name(out.name + ".resume") / "state.pt"
-    tok = load_tokenizer(_resolve_model(cfg.init_from) if cfg.init_from else _path(cfg.tokenizer))
+    tok = load_tokenizer(cfg.init_from or _path(cfg.tokenizer))
     pairs = training_pairs(cfg)
     val = data.load_multi30k("val").head(cfg.n_val)
     src, tgt = encode(tok, pairs, cfg.prefix)
@@ -258,7 +252,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict:
 
     log = {
         "config": dataclasses.asdict(cfg),
-        "command": " ".join(sys.argv),
+        "command": command,
         "machine": machine(),
         "n_train": len(pairs),
         "steps_per_epoch": steps_per_epoch,
@@ -351,14 +345,14 @@ def calibrate(
     """The calibration set of prediction alignment: the teacher's greedy output for every training
     input, in order, cached at out (parquet: idx, output; the teacher's identity in its metadata)."""
     out = _path(out)
-    teacher_dir = Path(_resolve_model(teacher))
+    path = locate(teacher)
     ident = {"teacher": str(teacher), "n_train": n_train}
-    weights = teacher_dir / "model.safetensors"
+    weights = Path(path) / "model.safetensors"
     if weights.exists():
         ident["teacher_sha256"] = data.sha256(weights)
     if out.exists() and _calibration_meta(out) == ident:
         return out
-    model, tok = load_seq2seq(teacher_dir if teacher_dir.exists() else teacher, device)
+    model, tok = load_model(path, device)
     pairs = data.load_multi30k("train").pairs[: n_train or None]
     outputs = translate(model, tok, [s for s, _ in pairs], batch_size=batch_size, progress=True)
     df = pd.DataFrame({"idx": range(len(outputs)), "output": outputs})
@@ -403,6 +397,7 @@ def override(cfg: TrainConfig, item: str) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", help=f"a preset ({', '.join(PRESETS)}) or 'calibrate'")
     ap.add_argument("teacher", nargs="?", help="calibrate: the teacher checkpoint")
@@ -434,7 +429,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = override(cfg, item)
     if args.fresh:
         shutil.rmtree(_path(cfg.out).with_name(_path(cfg.out).name + ".resume"), ignore_errors=True)
-    log = train(cfg)
+    log = train(cfg, command=shlex.join(["python", "-m", "bildlib.train", *argv]))
     print(json.dumps({"best": log["best"], "wall_s": log["wall_s"]}))
 
 

@@ -247,6 +247,102 @@ def test_nucleus_sampling_is_seeded_and_tiny_top_p_is_greedy(pair):
     check_accounting(out, tr)
 
 
+# --- the authors' rules -----------------------------------------------------------------------
+
+
+def full_logits(lm: LM, src: list[int], ids: list[int]) -> torch.Tensor:
+    """Logits (len(ids), V) of the decoder tokens ids after src, from one forward pass with no
+    cache: row i predicts the token after ids[i]."""
+    m, x = lm.model, torch.tensor([ids])
+    with torch.no_grad():
+        if lm.is_encoder_decoder:
+            return m(input_ids=torch.tensor([src]), decoder_input_ids=x).logits[0, :, : lm.width]
+        prompt = torch.tensor([src[:-1]], dtype=torch.long)
+        return m(input_ids=torch.cat([prompt, x], dim=1)).logits[0, prompt.shape[1] :, : lm.width]
+
+
+def authors_bild(small, large, src, fallback, rollback, num_small_iters=10, max_new_tokens=24):
+    """T5BiLDModel._greedy_search_body (github.com/kssteven418/BigLittleDecoder, modeling_t5.py),
+    restated step for step with cache-free forward passes: each model's past is only a length.
+    Their loop: the large model starts (init_iters(init_with='large')); a small step below α_FB is
+    dropped and hands over (schedule_iters(fall_back_to_large=True)); a large step over several
+    tokens finds the first cross-entropy above α_RB and, unless its argmax is the small token
+    there, cuts input_ids and `continue`s, skipping the past update, the end checks and the
+    scheduler; otherwise the pasts are updated, EOS or max_length ends, and schedule_iters()."""
+    bos = large.start(src)
+    input_ids, past = [bos], {"large": 0, "small": 0}
+    model_type, iter_count, rollback_signal = "large", 1, False
+    max_length = 1 + max_new_tokens
+    while True:
+        if rollback_signal:  # _reset_kwargs_past_to_new_length(len(input_ids))
+            past = {k: min(v, len(input_ids) - 1) for k, v in past.items()}
+            rollback_signal = False
+        lm = large if model_type == "large" else small
+        fed = input_ids[past[model_type] :]  # prepare_inputs_for_generation: what the past lacks
+        logits = full_logits(lm, src, input_ids)[past[model_type] :]  # (len(fed), V)
+        score = torch.softmax(logits[-1].double(), -1)
+        next_token = int(score.argmax())
+        if model_type == "small" and score.max() < fallback:  # fallback_cond
+            iter_count -= 1
+            model_type, iter_count = "large", 1
+            continue
+        input_ids = input_ids + [next_token]
+        if model_type == "large" and len(fed) != 1:
+            loss = torch.nn.functional.cross_entropy(
+                logits[:-1].double(), torch.tensor(fed[1:]), reduction="none"
+            )
+            above = loss > rollback
+            if above.any():
+                first = int(above.int().argmax())
+                new_len = first + past["large"] + 1
+                new_pred = int(logits[first].argmax())
+                if new_pred != input_ids[new_len]:
+                    input_ids = input_ids[:new_len] + [new_pred]
+                    rollback_signal = True
+                    continue
+        past[model_type] = len(input_ids) - 1  # _update_model_kwargs_for_generation
+        if next_token == lm.eos or len(input_ids) >= max_length:
+            break
+        iter_count -= 1  # schedule_iters()
+        if iter_count == 0:
+            model_type, iter_count = ("small", num_small_iters) if model_type == "large" else ("large", 1)
+    return input_ids[1:]
+
+
+def check_authors_rules(small, large, srcs, thresholds, max_new_tokens, differs=True):
+    seen = {"rollbacks": 0, "fallbacks": 0, "differs from ours": 0 if differs else 1}
+    for fb, rb in thresholds:
+        for src in srcs:
+            kw = dict(fallback=fb, rollback=rb, max_new_tokens=max_new_tokens)
+            out, tr = D.bild(small, large, src, rules="authors", **kw)
+            assert out == authors_bild(small, large, src, fb, rb, max_new_tokens=max_new_tokens)
+            assert tr.source[0] == "L"  # the large model writes the first token
+            check_accounting(out, tr)
+            seen["rollbacks"] += tr.rollbacks
+            seen["fallbacks"] += tr.fallbacks
+            seen["differs from ours"] += out != D.bild(small, large, src, **kw)[0]
+    assert all(seen.values()), seen  # the rules were exercised, and (tiny pairs) change outputs
+
+
+def test_authors_rules_follow_their_control_flow(pair):
+    small, large = pair
+    check_authors_rules(small, large, sources(), [(0.5, 0.7), (0.8, 2.0)], 24)
+
+
+def test_authors_rules_refuse_what_their_code_lacks(pair):
+    small, large = pair
+    src = sources(1)[0]
+    for kw, match in [
+        ({"fallback": None, "window": 3}, "window"),
+        ({"distance": "exact"}, "distance"),
+        ({"sampling": D.Sampling(seed=1)}, "sampling"),
+        ({"verify_end": True}, "verify_end"),
+        ({"rules": "paper"}, "rules must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            D.bild(small, large, src, **({"rules": "authors"} | kw))
+
+
 # --- speculative sampling matches the large model's distribution -------------------------------
 
 
@@ -383,13 +479,18 @@ def test_shipped_pair_properties(shipped):
     assert rollbacks > 0
 
 
+def test_shipped_pair_authors_rules(shipped):
+    small, large, srcs = shipped
+    check_authors_rules(small, large, srcs, [(0.5, 1.0)], 64, differs=False)  # same on these 50
+
+
 def test_dtype_resolution_and_loading(tmp_path, monkeypatch):
     import torch
 
-    from bildlib import models as M
+    from bildlib.models import load as M
 
     cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
-    assert M.resolve_dtype(None, cpu, bf16) == f32  # the default: fp32 on CPU, as training and cards
+    assert M.resolve_dtype("default", cpu, bf16) == f32  # the default: fp32 on CPU, as training and cards
     assert M.resolve_dtype("auto", cpu, f32) == f32
     assert M.resolve_dtype("auto", cpu, torch.float16) == f32
     monkeypatch.setattr(M, "native_bf16", lambda: True)
@@ -409,5 +510,5 @@ def test_dtype_resolution_and_loading(tmp_path, monkeypatch):
     cfg = path / "config.json"  # declared fp32 as bildlib.train writes it: the stored weights decide
     cfg.write_text(cfg.read_text().replace('"bfloat16"', '"float32"'))
     assert LM.from_pretrained(path, dtype="auto").model.dtype == bf16
-    with pytest.raises(ValueError, match="dtype must be auto"):
+    with pytest.raises(ValueError, match="dtype must be one of"):
         LM.from_pretrained(path, dtype="float64")

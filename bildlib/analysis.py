@@ -1,0 +1,122 @@
+"""Reading a sweep's results: per-configuration summaries, the Pareto frontier, Table 1, and
+the examples of Fig. 9. Pure pandas over the DataFrame that experiments.sweep returns; bildlib.plots
+draws from these."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: score, mean latency, speedup and normalized latency against
+    vanilla large (mean over its repeats), and the fallback / rollback / large-token rates."""
+    base = df[(df["method"] == "vanilla") & (df["model"] == "large")]
+    if base.empty:
+        raise ValueError("no vanilla-large rows: run the sweep with its baseline")
+    per_repeat = base.groupby("repeat")["latency_s"].mean()
+    ref = per_repeat.mean()
+    g = (df if "verify_end" in df else df.assign(verify_end=None)).groupby("label", sort=False)
+    s = g.agg(
+        method=("method", "first"), model=("model", "first"), fallback=("fallback", "first"),
+        rollback=("rollback", "first"), window=("window", "first"), threshold=("threshold", "first"),
+        repeat=("repeat", "first"), score=("score", "first"), latency_s=("latency_s", "mean"),
+        tokens=("tokens", "sum"), fallbacks=("fallbacks", "sum"), rollbacks=("rollbacks", "sum"),
+        large_tokens=("large_tokens", "sum"), n=("id", "count"), verify_end=("verify_end", "first"),
+    )  # fmt: skip
+    s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
+    for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
+        s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
+    s["norm_latency"] = s["latency_s"] / ref
+    s["speedup"] = ref / s["latency_s"]
+    s["fallback_pct"] = 100 * s["fallbacks"] / s["tokens"]
+    s["rollback_pct"] = 100 * s["rollbacks"] / s["tokens"]
+    s["large_pct"] = 100 * s["large_tokens"] / s["tokens"]
+    s.attrs = dict(df.attrs) | {
+        "baseline_latency_s": float(ref),
+        "baseline_spread_pct": float(100 * (per_repeat.max() - per_repeat.min()) / ref),
+        "baseline_repeats": int(len(per_repeat)),
+    }
+    return s.reset_index()
+
+
+def pareto(s: pd.DataFrame) -> pd.DataFrame:
+    """The configurations no other beats on both normalized latency (lower) and score (higher)."""
+    s = s.sort_values(["norm_latency", "score"], ascending=[True, False])
+    keep, best = [], float("-inf")
+    for i, r in s.iterrows():
+        if r["score"] > best:
+            keep.append(i)
+            best = r["score"]
+    return s.loc[keep]
+
+
+REGIMES = (("no loss", 0.2), ("≤ 0.5 point", 0.5), ("≤ 1 point", 1.0))
+
+
+def summary_table(s: pd.DataFrame, regimes=REGIMES) -> pd.DataFrame:
+    """Paper Table 1 from summarize(): vanilla large's score, and for unaligned and aligned BiLD
+    the best speedup whose score stays within 0.2 of vanilla ("no loss") and within 1 point (the
+    paper's two regimes), and within 0.5 (this project's benchmark bar)."""
+    vanilla_score = float(s.loc[(s["method"] == "vanilla") & (s["model"] == "large"), "score"].mean())
+    rows = [{"model": "Vanilla (large)", "regime": "", "score": vanilla_score, "speedup": 1.0}]
+    for m, name in (("small", "BiLD (unaligned)"), ("aligned", "BiLD (aligned)")):
+        b = s[(s["method"] == "bild") & (s["model"] == m) & s["fallback"].notna() & s["rollback"].notna()]
+        for regime, tol in regimes:
+            ok = b[b["score"] >= vanilla_score - tol]
+            if ok.empty:
+                rows.append({"model": name, "regime": regime})
+                continue
+            r = ok.loc[ok["speedup"].idxmax()]
+            rows.append(
+                {"model": name, "regime": regime, "score": r["score"], "speedup": r["speedup"]}
+                | {"fallback": r["fallback"], "rollback": r["rollback"], "verify_end": r["verify_end"]}
+                | {"fallback_pct": r["fallback_pct"], "rollback_pct": r["rollback_pct"]}
+            )
+    return pd.DataFrame(rows)
+
+
+def repair_examples(df: pd.DataFrame, label: str, k: int = 3) -> list[dict]:
+    """Fig 9: the k examples where `label` (a BiLD run) gains most sentence BLEU over vanilla
+    small while taking some tokens from the large model; each with the outputs of reference,
+    large, small and BiLD, BiLD's as (token text, "S" | "L") pieces."""
+    from sacrebleu.metrics import BLEU
+
+    sb = BLEU(effective_order=True)
+    by = {lab: g.set_index("id") for lab, g in df.groupby("label")}
+    bild_rows, small, large = by[label], by["vanilla-" + by[label]["model"].iloc[0]], by["vanilla-large"]
+    gain = []
+    for i, r in bild_rows.iterrows():
+        if "L" not in r["trace"] or r["output"] == small.loc[i, "output"]:
+            continue
+        g = sb.sentence_score(r["output"], [r["reference"]]).score
+        g -= sb.sentence_score(small.loc[i, "output"], [r["reference"]]).score
+        gain.append((g, i))
+    out = []
+    for _, i in sorted(gain, reverse=True)[:k]:
+        r = bild_rows.loc[i]
+        out.append(
+            {
+                "id": int(i),
+                "source": r["source"],
+                "reference": r["reference"],
+                "large": large.loc[i, "output"],
+            }
+            | {"small": small.loc[i, "output"], "bild": r["output"], "ids": list(r["output_ids"])}
+            | {"trace": r["trace"]}
+        )
+    return out
+
+
+def token_pieces(tokenizer, ids: list[int], trace: str) -> list[tuple[str, str]]:
+    """(text, "S" | "L") per output token, spaces restored from sentencepiece's "▁"."""
+    pieces = tokenizer.convert_ids_to_tokens(list(ids))
+    special = set(tokenizer.all_special_tokens)
+    return [(p.replace("▁", " "), who) for p, who in zip(pieces, trace, strict=True) if p not in special]
+
+
+def thresholds_of(table: pd.DataFrame, model: str, regime: str) -> tuple[float, float]:
+    """(α_FB, α_RB) of a summary_table row, e.g. ("BiLD (aligned)", "≤ 1 point")."""
+    row = table.set_index(["model", "regime"]).loc[(model, regime)]
+    if pd.isna(row.get("fallback")):
+        raise ValueError(f"no {model} configuration reaches the {regime!r} regime in this sweep")
+    return float(row["fallback"]), float(row["rollback"])

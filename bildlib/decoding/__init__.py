@@ -1,0 +1,24 @@
+"""BiLD (Algorithm 1 of Kim et al. 2023) and the decoders it is compared with, at batch 1.
+
+One module per decoder: `bild` (Algorithm 1, its ablations, the authors' rules), `vanilla`,
+`speculative`, `oracle`; `trace` records what a decoder did and `policy` picks tokens (greedy or
+nucleus sampling). Every decoder drives `bildlib.models.LM` adapters and keeps one list,
+seq = [bos] + output; a model whose cache holds seq[:n] runs seq[n:] in one call (Trace.call),
+and row i of the returned logits predicts seq[n + 1 + i]. Policy arithmetic (max probability,
+-log p, sampling, acceptance) goes through bildlib.kernels. Each decoder returns (ids, Trace).
+
+    from bildlib import decoding as D
+    out, trace = D.bild(small, large, src, fallback=0.5, rollback=3.0)
+"""
+
+from bildlib.decoding.bild import RULES, BildSettings, bild, first_rollback
+from bildlib.decoding.oracle import oracle
+from bildlib.decoding.policy import Policy, Sampling
+from bildlib.decoding.speculative import speculative_sampling
+from bildlib.decoding.trace import Trace
+from bildlib.decoding.vanilla import vanilla
+
+__all__ = [
+    "RULES", "BildSettings", "Policy", "Sampling", "Trace", "bild", "first_rollback", "oracle",
+    "speculative_sampling", "vanilla",
+]  # fmt: skip

@@ -1,0 +1,19 @@
+"""Experiments: run decoder configurations on a preset and cache one result file each.
+
+    from bildlib import analysis as A, experiments as X
+    df = X.sweep("multi30k", X.bild_grid("multi30k"), n_examples=100)
+    table = A.summary_table(A.summarize(df))
+
+`config` (what to run), `measure` (the decoder a configuration runs and the timed call: the
+code the cache key hashes, with the decoders, models and kernels), `cache` (keys, parquet
+files), `runner` (models, run, sweep). Reading the results is bildlib.analysis.
+"""
+
+from bildlib.experiments.cache import RESULTS, code_version
+from bildlib.experiments.config import FIELDS, Config, bild, bild_grid, vanilla
+from bildlib.experiments.runner import Models, run, sweep, with_checkpoints
+
+__all__ = [
+    "FIELDS", "RESULTS", "Config", "Models", "bild", "bild_grid", "code_version", "run", "sweep",
+    "vanilla", "with_checkpoints",
+]  # fmt: skip

@@ -1,0 +1,113 @@
+"""Config: one decoder configuration of an experiment, and the grids the notebooks sweep."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from bildlib import presets
+from bildlib.decoding import RULES, Sampling
+
+METHODS = ("vanilla", "bild", "speculative", "oracle")
+MODELS = ("small", "aligned", "large")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One decoder configuration. `model` is the model of vanilla decoding ("small", "aligned",
+    "large") or the small model of the two-model methods (whose large model is "large").
+    temperature 0 is greedy; above it, nucleus sampling with top_p and seed."""
+
+    method: str  # "vanilla" | "bild" | "speculative" | "oracle"
+    model: str = "small"
+    fallback: float | None = None
+    rollback: float | None = None
+    window: int | None = None
+    max_small_steps: int | None = 10
+    distance: str = "ce"
+    threshold: float | None = None
+    verify_end: bool | None = None  # bild: large model checks the final small tokens (None: exact only)
+    rules: str = "ours"  # bild: "ours" or "authors" (decoding.bild)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    repeat: int = 0  # repeated runs of one configuration (the vanilla-large baseline)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.method != "vanilla" and self.model == "large":
+            raise ValueError(f"{self.method} needs a small model (small or aligned), got model='large'")
+        if self.rules not in RULES or (self.rules != "ours" and self.method != "bild"):
+            raise ValueError(f"rules must be one of {', '.join(RULES)} (bild only), got {self.rules!r}")
+        Sampling(self.temperature, self.top_p, self.seed)  # checks the three
+        if self.method == "oracle" and self.sampling is not None:
+            raise ValueError("oracle is greedy: temperature must be 0")
+
+    @property
+    def sampling(self) -> Sampling | None:
+        return Sampling(self.temperature, self.top_p, self.seed) if self.temperature > 0 else None
+
+    @property
+    def label(self) -> str:
+        end = ""
+        if self.sampling is not None:
+            end = f"-T{self.temperature:g}-p{self.top_p:g}-s{self.seed}"
+        if self.method == "vanilla":
+            return f"vanilla-{self.model}" + end + (f"#{self.repeat}" if self.repeat else "")
+        if self.method == "oracle":
+            return f"oracle-{self.model}-t{self.threshold}"
+        if self.method == "speculative":
+            return f"speculative-{self.model}-w{self.window}" + end
+        fb = f"fb{self.fallback}" if self.fallback is not None else f"nofb-w{self.window}"
+        rb = f"rb{self.rollback}" if self.rollback is not None else "norb"
+        end = {True: "-verify", False: "-noverify", None: ""}[self.verify_end] + end
+        end = ("-exact" if self.distance == "exact" else "") + end
+        return f"bild-{self.model}-{fb}-{rb}" + end + ("-authors" if self.rules == "authors" else "")
+
+    def needs(self) -> list[str]:
+        """The models this configuration runs."""
+        return [self.model] if self.method == "vanilla" else [self.model, "large"]
+
+
+FIELDS = [f.name for f in dataclasses.fields(Config)]
+
+
+def vanilla(model: str, repeat: int = 0) -> Config:
+    return Config("vanilla", model, repeat=repeat, max_small_steps=None)
+
+
+def bild(
+    model: str, fallback, rollback, window: int | None = None, verify_end: bool | None = None, rules="ours"
+) -> Config:
+    steps = None if window else 10  # the No-FB ablation's window replaces the step limit
+    return Config("bild", model, fallback, rollback, window, steps, verify_end=verify_end, rules=rules)
+
+
+def bild_grid(
+    preset: str,
+    models=("small", "aligned"),
+    fallbacks=None,
+    rollbacks=None,
+    verify_end=(None,),
+    rules: str = "ours",
+) -> list[Config]:
+    """BiLD over the preset's α_FB × α_RB grid, for each small model and each verify_end value
+    (decoding.bild; None or False: Algorithm 1, which stops at the small model's EOS unchecked)."""
+    p = presets.get(preset)
+    fbs = p.fallback_grid if fallbacks is None else fallbacks
+    rbs = p.rollback_grid if rollbacks is None else rollbacks
+    for name, vals in (("fallbacks", fbs), ("rollbacks", rbs)):
+        if isinstance(vals, str) or not all(isinstance(v, int | float) for v in vals):
+            raise ValueError(
+                f"{name} must be a list of numbers, got {vals!r} "
+                f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')"
+            )
+    if isinstance(verify_end, str) or not all(v in (None, False, True) for v in verify_end):
+        raise ValueError(f"verify_end must be a list of true/false, got {verify_end!r}")
+    ends = dict.fromkeys(v or None for v in verify_end)  # False is Algorithm 1, as None; once each
+    return [
+        bild(m, fb, rb, verify_end=v, rules=rules) for v in ends for m in models for fb in fbs for rb in rbs
+    ]

@@ -1,0 +1,41 @@
+"""What decides a result's outputs and timings: the decoder a Config runs and the timed call.
+
+This file, the decoders, the model adapters and the kernels are what the results cache's code
+hash covers (experiments.cache.CODE): editing them invalidates cached results; editing the
+runner, the analysis or the plots does not.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from bildlib import decoding as D
+from bildlib.decoding import Trace
+
+
+def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace]:
+    """Run config's decoder on one source with models (an experiments.Models)."""
+    c, kw = config, {"max_new_tokens": max_new_tokens}
+    if c.method == "vanilla":
+        return D.vanilla(models[c.model], src, sampling=c.sampling, **kw)
+    small, large = models[c.model], models["large"]
+    if c.method == "oracle":
+        return D.oracle(small, large, src, c.threshold, **kw)
+    if c.method == "speculative":
+        return D.speculative_sampling(small, large, src, window=c.window, sampling=c.sampling, **kw)
+    return D.bild(
+        small, large, src, fallback=c.fallback, rollback=c.rollback, window=c.window,
+        max_small_steps=c.max_small_steps, distance=c.distance, sampling=c.sampling,
+        verify_end=c.verify_end, rules=c.rules, **kw,
+    )  # fmt: skip
+
+
+def timed(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace, float]:
+    """decode() and its wall time in seconds (CUDA synchronised before the clock stops)."""
+    t0 = time.perf_counter()
+    out, tr = decode(config, models, src, max_new_tokens)
+    if models.device.type == "cuda":
+        torch.cuda.synchronize()
+    return out, tr, time.perf_counter() - t0

@@ -1,0 +1,181 @@
+"""Running configurations on a preset: the models (device and dtype resolved once), one cached
+configuration (run), and a sweep with the vanilla-large baseline around it.
+
+Latency method (also in README): batch 1; torch.set_num_threads(threads) fixed for the whole
+sweep; each configuration first decodes `warmup` examples untimed; every configuration runs on
+the same examples; each example's latency is the wall time of its decode call (synchronised on
+GPU). Vanilla large runs in the same sweep `baseline_repeats` times (first, middle, last), and
+normalized latency = mean latency of a configuration / mean vanilla-large latency over the same
+examples (analysis.summarize; averaged over the repeats, whose spread is reported).
+
+A configuration interrupted part-way keeps its finished examples in <key>.partial.parquet and
+resumes from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from bildlib import data, metrics, presets
+from bildlib.evaluate import machine
+from bildlib.experiments import cache, measure
+from bildlib.experiments.config import FIELDS, Config, vanilla
+from bildlib.models import LM, check_dtype, check_pair, locate, resolve_device, resolve_dtype, stored_dtype
+
+
+def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
+    """The preset with some of its small / aligned / large checkpoints replaced (folders relative
+    to the working directory or the repository root, or hub ids; see models.locate)."""
+    bad = set(checkpoints or {}) - {"small", "aligned", "large"}
+    if bad:
+        raise ValueError(f"checkpoints: keys must be small, aligned or large, got {sorted(bad)}")
+    return dataclasses.replace(p, **{k: locate(v) for k, v in (checkpoints or {}).items()})
+
+
+class Models:
+    """The preset's checkpoints, loaded on first use and checked to share one vocabulary.
+    `device` ("cpu", "cuda", "cuda:N" or "auto") and the dtype policy ("default", "auto",
+    "float32", "bfloat16"; models.resolve_dtype) are resolved here, once; only the resolved
+    torch.device and each model's torch.dtype go further."""
+
+    def __init__(self, preset: presets.Preset, device: str | torch.device = "cpu", dtype: str = "default"):
+        check_dtype(dtype)
+        self.preset, self.device, self.policy, self._lm = preset, resolve_device(device), dtype, {}
+
+    def __getitem__(self, which: str) -> LM:
+        if which not in self._lm:
+            stored = stored_dtype(self.preset.model(which))  # None for a hub id: decided on loading
+            dtype = self.policy if stored is None else resolve_dtype(self.policy, self.device, stored)
+            lm = LM.from_pretrained(self.preset.model(which), self.device, dtype)
+            if which != "large":
+                check_pair(lm, self["large"])
+            self._lm[which] = lm
+        return self._lm[which]
+
+    def dtype(self, which: str) -> torch.dtype:
+        """The dtype `which` runs in; for a local folder without loading it (a cache hit loads
+        no model)."""
+        stored = None if which in self._lm else stored_dtype(self.preset.model(which))
+        if stored is None:
+            return self[which].model.dtype
+        return resolve_dtype(self.policy, self.device, stored)
+
+    def identity(self, which: str) -> str:
+        """What the results depend on: the weights' hash (local) or the hub commit."""
+        path = Path(self.preset.model(which))
+        if path.is_dir():
+            return "sha256:" + cache.weights_hash(path)
+        commit = getattr(self[which].model.config, "_commit_hash", None)
+        return f"hub:{self.preset.model(which)}@{commit}"
+
+
+def examples(preset: presets.Preset, split: str, n_examples: int) -> data.Split:
+    if n_examples < 1:
+        raise ValueError(f"n_examples must be >= 1, got {n_examples}")
+    s = data.load(preset.dataset, split, n_examples)
+    if len(s) < n_examples:
+        raise ValueError(f"n_examples={n_examples} but {preset.dataset} {split} has {len(s)} examples")
+    return s
+
+
+def run(
+    preset: str,
+    config: Config,
+    split: str = "val",
+    n_examples: int = 100,
+    device: str = "cpu",
+    dtype: str = "default",
+    checkpoints: dict | None = None,
+    threads: int = 2,
+    warmup: int = 2,
+    models: Models | None = None,
+    results: Path | None = None,
+    flush_every: int = 20,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """One row per example (id, source, reference, output, latency_s, trace counters), cached.
+    df.attrs holds the corpus score, its signature and how the run was made. dtype: what the
+    models run in ("default": fp32 on CPU as the model cards, the stored dtype on GPU; "auto":
+    the stored dtype where the hardware computes it natively; see models.resolve_dtype).
+    checkpoints: replaces some of the preset's models, e.g. {"aligned": folder} (what-if runs).
+    device, dtype and checkpoints are ignored when `models` is given."""
+    p = with_checkpoints(presets.get(preset), checkpoints)
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    models = models or Models(p, device, dtype)
+    ex = examples(p, split, n_examples)
+    spec = {
+        "preset": p.name, "config": dataclasses.asdict(config), "split": split, "n_examples": n_examples,
+        "models": {w: models.identity(w) for w in config.needs()}, "code": cache.code_version(),
+        "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
+        "device": models.device.type, "threads": threads, "warmup": warmup,
+        "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
+    }  # fmt: skip
+    key = cache.key(spec)
+    out = Path(results or cache.RESULTS) / p.name / f"{key}.parquet"
+    partial = out.with_suffix(".partial.parquet")
+    if out.exists() and (df := cache.read(out, key)) is not None and len(df) == n_examples:
+        return df
+    done = cache.read(partial, key) if partial.exists() else None
+    rows = done.to_dict("records") if done is not None else []
+
+    torch.set_num_threads(threads)
+    tok = models[config.model]
+    encode = lambda text: tok.encode(p.prefix + text)  # noqa: E731
+    for s, _ in ex.pairs[:warmup]:  # untimed: allocator, caches, lazy init
+        measure.decode(config, models, encode(s), p.max_new_tokens)
+    meta = {"key": key, "label": config.label, "spec": spec, "machine": machine()}
+    bar = tqdm(range(len(rows), n_examples), desc=config.label, disable=not progress, leave=False)
+    for i in bar:
+        src, ref = ex.pairs[i]
+        out_ids, tr, dt = measure.timed(config, models, encode(src), p.max_new_tokens)
+        row = {"id": i, "source": src, "reference": ref, "output": tok.decode(out_ids), "latency_s": dt}
+        rows.append(row | {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)})
+        if (i + 1) % flush_every == 0 and i + 1 < n_examples:
+            cache.write(pd.DataFrame(rows), partial, meta)
+    df = pd.DataFrame(rows)
+    sc = metrics.score(p.metric, list(df["output"]), list(df["reference"]))
+    meta |= {"metric": p.metric, "score": sc.value, "signature": sc.signature}
+    cache.write(df, out, meta)
+    partial.unlink(missing_ok=True)
+    df.attrs.update(meta)
+    return df
+
+
+def sweep(
+    preset: str,
+    configs: list[Config],
+    split: str = "val",
+    n_examples: int = 100,
+    baseline_repeats: int = 3,
+    progress: bool = True,
+    **kw,
+) -> pd.DataFrame:
+    """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
+    vanilla small/aligned; one DataFrame with a `label` column and the config's fields."""
+    if baseline_repeats < 1:
+        raise ValueError(f"baseline_repeats must be >= 1, got {baseline_repeats}")
+    base = [vanilla("large", r) for r in range(baseline_repeats)]
+    smalls = sorted({c.model for c in configs if c.model != "large"})
+    todo = [base[0]] + [vanilla(m) for m in smalls] + configs
+    mid = len(todo) // 2
+    todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
+    plan = list(dict.fromkeys(todo))  # each configuration once, in order
+    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
+    models = kw.pop("models", None) or Models(p, kw.get("device", "cpu"), kw.get("dtype", "default"))
+    frames = []
+    for c in tqdm(plan, desc=f"{preset} sweep", disable=not progress):
+        df = run(preset, c, split, n_examples, models=models, progress=progress, **kw)
+        frames.append(df.assign(label=c.label, **{f: getattr(c, f) for f in FIELDS}, score=df.attrs["score"]))
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs = {
+        "preset": preset,
+        "metric": frames[0].attrs["metric"],
+        "signature": frames[0].attrs["signature"],
+    }
+    return out

@@ -1,0 +1,27 @@
+"""Models: `load` finds and loads checkpoints (folder or hub id, device and dtype policy,
+vocabulary checks); `lm` is the batch-1 adapter the decoders drive.
+
+    from bildlib.models import load_pair
+    small, large = load_pair("data/checkpoints/multi30k-small", "data/checkpoints/multi30k-large")
+"""
+
+from bildlib.models.lm import LM, check_pair, load_pair
+from bildlib.models.load import (
+    ModelUnavailableError,
+    check_dtype,
+    check_same_vocab,
+    check_vocab,
+    load_model,
+    load_tokenizer,
+    locate,
+    native_bf16,
+    resolve_device,
+    resolve_dtype,
+    stored_dtype,
+)
+
+__all__ = [
+    "LM", "ModelUnavailableError", "check_dtype", "check_pair", "check_same_vocab", "check_vocab",
+    "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
+    "resolve_dtype", "stored_dtype",
+]  # fmt: skip

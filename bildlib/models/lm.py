@@ -1,0 +1,112 @@
+"""`LM`: one model at batch 1, the interface every decoder in bildlib.decoding drives
+(start / forward / crop), and `load_pair`, the two models of BiLD checked to fit together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache
+
+from bildlib.models.load import check_same_vocab, load_model
+
+
+class LM:
+    """One model at batch 1, as BiLD's decoders drive it.
+
+    The decoder sequence is [bos] + output, where bos is the decoder start token of an
+    encoder-decoder model, or the last prompt token of a decoder-only one (start() prefills the
+    rest of the prompt). `ids` are the decoder tokens in the KV cache. forward(tokens) runs
+    exactly the tokens the cache has not seen, in one call, appends them to the cache and
+    returns their logits (k, V): row i predicts the token after tokens[i]. crop(n) rolls the
+    cache back to its first n decoder tokens (cross-attention and prompt stay).
+    """
+
+    def __init__(self, model, tokenizer, name: str = "model"):
+        self.model, self.tok, self.name = model.eval(), tokenizer, name
+        self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
+        self.device = model.device
+        self.width = model.config.get_text_config(decoder=True).vocab_size  # logits columns returned
+        self.eos = tokenizer.eos_token_id
+        self.ids: list[int] = []
+        self.cache = None
+        self.enc = None  # encoder outputs (encoder-decoder)
+        self.prompt = None  # prompt tokens before bos (decoder-only)
+        self._source = None  # (1, S) source or prompt not yet encoded / prefilled
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "default"
+    ) -> LM:
+        """A folder or hub id (see models.load.locate) on `device` in `dtype` (resolve_dtype)."""
+        model, tok = load_model(path, device, dtype)
+        return cls(model, tok, str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok(text)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    @torch.inference_mode()
+    def start(self, source_ids) -> int:
+        """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
+        prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
+        x = torch.as_tensor(source_ids, dtype=torch.long, device=self.device).reshape(1, -1)  # (1, S)
+        if x.shape[1] == 0:
+            raise ValueError("source_ids is empty")
+        self.ids, self.enc, self._source = [], None, x
+        if self.is_encoder_decoder:
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            return int(self.model.config.decoder_start_token_id)
+        self.cache = DynamicCache(config=self.model.config)
+        self.prompt = x[:, :-1]  # (1, S-1), prefilled at the first forward()
+        return int(x[0, -1])
+
+    def _encode(self) -> None:
+        x, self._source = self._source, None
+        if self.is_encoder_decoder:
+            self.enc = self.model.get_encoder()(input_ids=x)
+        elif x.shape[1] > 1:
+            self.model(input_ids=x[:, :-1], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int]) -> torch.Tensor:
+        if self.cache is None:
+            raise RuntimeError(f"{self.name}: call start() before forward()")
+        if not tokens:
+            raise ValueError("forward() needs at least one token")
+        if self._source is not None:
+            self._encode()
+        x = torch.tensor([tokens], dtype=torch.long, device=self.device)  # (1, k)
+        if self.is_encoder_decoder:
+            out = self.model(
+                encoder_outputs=self.enc, decoder_input_ids=x, past_key_values=self.cache, use_cache=True
+            )
+        else:
+            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+        self.ids += tokens
+        return out.logits[0, :, : self.width]  # (k, V)
+
+    def crop(self, n: int) -> None:
+        if not 0 <= n <= len(self.ids):
+            raise ValueError(f"{self.name}: cannot crop to {n} tokens, the cache holds {len(self.ids)}")
+        if n < len(self.ids):
+            self.cache.crop(n - len(self.ids))  # a negative argument removes that many tokens
+            del self.ids[n:]
+
+
+def load_pair(
+    small: str | Path, large: str | Path, device: str | torch.device = "cpu", dtype: str = "default"
+) -> tuple[LM, LM]:
+    """The two models of BiLD, checked to share one vocabulary and one architecture kind."""
+    s, lg = LM.from_pretrained(small, device, dtype), LM.from_pretrained(large, device, dtype)
+    check_pair(s, lg)
+    return s, lg
+
+
+def check_pair(s: LM, lg: LM) -> None:
+    check_same_vocab(s.tok, lg.tok, s.name, lg.name)
+    if s.is_encoder_decoder != lg.is_encoder_decoder:
+        raise ValueError(f"{s.name} and {lg.name}: one is an encoder-decoder, the other decoder-only")
+    s.width = lg.width = min(s.width, lg.width)  # padded embedding rows past the tokenizer never win

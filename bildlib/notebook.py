@@ -1,0 +1,43 @@
+"""What the notebooks share: their parameters cells' defaults, and where their outputs go."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from pathlib import Path
+
+from bildlib import REPO_ROOT, repo_relative
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+# Where the outputs go and where results are cached do not change what a run computes.
+PLACES = ("out_dir", "results_dir")
+
+
+def defaults(name: str) -> dict:
+    """The parameters cell of notebooks/<name>.ipynb as {parameter: default value}."""
+    import papermill
+
+    params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+    return {k: ast.literal_eval(v["default"]) for k, v in params.items()}
+
+
+def outputs(name: str, values: dict) -> Path:
+    """The folder a notebook's figures and tables go to. values: the notebook's variables
+    (globals()). An out_dir given: that folder (relative paths from the repository root). Empty:
+    figures/ for the default run (every parameter as in the parameters cell), whose outputs are
+    committed; any other run goes to build/figures/<name>-<hash of its parameters>/, so a trial
+    run never overwrites a committed figure. Prints where the outputs go."""
+    d = defaults(name)
+    run = {k: values[k] for k in d}
+    if run["out_dir"]:
+        out = REPO_ROOT / run["out_dir"]  # an absolute out_dir stays as it is
+    elif all(run[k] == d[k] for k in d if k not in PLACES):
+        out = REPO_ROOT / "figures"
+    else:
+        changed = {k: v for k, v in run.items() if k not in PLACES and v != d[k]}
+        tag = hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        out = REPO_ROOT / "build" / "figures" / f"{name}-{tag}"
+        print(f"not the default run ({', '.join(f'{k}={v!r}' for k, v in changed.items())})")
+    print(f"outputs go to {repo_relative(out)}/")
+    return out
