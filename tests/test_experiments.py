@@ -7,8 +7,10 @@ import random
 import pandas as pd
 import pytest
 
+from bildlib import analysis as A
 from bildlib import data, presets
 from bildlib import experiments as X
+from bildlib.experiments import cache, measure
 from conftest import TINY_VOCAB, perturbed, run_python, save_tiny, tiny_model
 
 PRESET = "iwslt2017-mt5"
@@ -80,7 +82,7 @@ def test_sweep_rows_metrics_and_cache(env, monkeypatch):
     def no_decoding(*a, **k):
         raise AssertionError("cached results were recomputed")
 
-    monkeypatch.setattr(X.Config, "decode", no_decoding)
+    monkeypatch.setattr(measure, "decode", no_decoding)
     again = X.sweep(PRESET, GRID, n_examples=8, results=env, baseline_repeats=2, progress=False)
     pd.testing.assert_frame_equal(
         df.drop(columns="latency_s"), again.drop(columns="latency_s"), check_like=True
@@ -90,15 +92,15 @@ def test_sweep_rows_metrics_and_cache(env, monkeypatch):
 
 def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
     calls = {"n": 0}
-    decode = X.Config.decode
+    decode = measure.decode
 
-    def dies(self, *a, **k):
+    def dies(*a, **k):
         calls["n"] += 1
         if calls["n"] == 60:
             raise KeyboardInterrupt
-        return decode(self, *a, **k)
+        return decode(*a, **k)
 
-    monkeypatch.setattr(X.Config, "decode", dies)
+    monkeypatch.setattr(measure, "decode", dies)
     with pytest.raises(KeyboardInterrupt):
         X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
     done = list((env / PRESET).glob("*[!l].parquet"))  # finished configurations
@@ -144,8 +146,8 @@ def test_summary_table_and_pareto():
             for lab, m, mo, fb, rb, sc, lat in rows
         ]
     )  # fmt: skip
-    s = X.summarize(df)
-    t = X.summary_table(s).set_index(["model", "regime"])
+    s = A.summarize(df)
+    t = A.summary_table(s).set_index(["model", "regime"])
     assert t.loc[("BiLD (unaligned)", "no loss"), "speedup"] == pytest.approx(1 / 0.6)
     assert t.loc[("BiLD (unaligned)", "≤ 1 point"), "speedup"] == pytest.approx(1 / 0.4)
     assert t.loc[("BiLD (aligned)", "no loss"), "speedup"] == pytest.approx(1 / 0.8)
@@ -153,12 +155,12 @@ def test_summary_table_and_pareto():
         t.loc[("BiLD (aligned)", "no loss"), "verify_end"]
         and not t.loc[("BiLD (aligned)", "≤ 1 point"), "verify_end"]
     )
-    assert list(X.summarize(df.drop(columns="verify_end"))["verify_end"]) == [False] * 7  # older results
+    assert list(A.summarize(df.drop(columns="verify_end"))["verify_end"]) == [False] * 7  # older results
     assert t.loc[("BiLD (aligned)", "≤ 1 point"), "speedup"] == pytest.approx(2.0)
     assert t.loc[("BiLD (unaligned)", "≤ 0.5 point"), "speedup"] == pytest.approx(1 / 0.6)
     assert t.loc[("BiLD (aligned)", "≤ 0.5 point"), "speedup"] == pytest.approx(2.0)
     assert t.loc[("BiLD (unaligned)", "no loss"), "rollback_pct"] == pytest.approx(20.0)
-    front = X.pareto(s[s["method"] == "bild"])
+    front = A.pareto(s[s["method"] == "bild"])
     assert list(front["label"]) == ["c", "b", "d", "a"]  # e: slower than a at the same score
 
 
@@ -229,3 +231,53 @@ def test_checkpoints_replace_the_presets_models(env, mirror):
     assert q.model("aligned") == presets.get("multi30k").model("small")  # repository-relative folder
     with pytest.raises(ValueError, match="checkpoints: keys must be"):
         X.run(PRESET, X.vanilla("small"), n_examples=4, results=env, checkpoints={"tiny": "x"})
+
+
+def test_device_auto_and_sampling_and_rules_reach_the_results(env):
+    c = X.vanilla("small")
+    a = X.run(PRESET, c, n_examples=3, results=env, progress=False, device="auto")  # resolved once
+    assert a.attrs["spec"]["device"] == "cpu"
+    with pytest.raises(ValueError, match="device must be"):
+        X.Models(presets.get(PRESET), device="gpu0")
+
+    s1 = X.Config("bild", "aligned", 0.5, 1.0, temperature=1.0, top_p=0.9, seed=1)
+    s2 = dataclasses.replace(s1, seed=2)
+    r1, r2 = (X.run(PRESET, c, n_examples=6, results=env, progress=False) for c in (s1, s2))
+    again = X.run(PRESET, s1, n_examples=6, results=env, progress=False, flush_every=100, warmup=0)
+    assert r1.attrs["key"] != r2.attrs["key"] and r1.attrs["spec"]["config"]["top_p"] == 0.9
+    assert list(r1["output_ids"].map(list)) != list(r2["output_ids"].map(list))  # the seed is used
+    assert list(r1["output_ids"].map(list)) == list(again["output_ids"].map(list))  # and reproducible
+    assert s1.label == "bild-aligned-fb0.5-rb1.0-T1-p0.9-s1"
+    with pytest.raises(ValueError, match="top_p"):
+        X.Config("bild", "aligned", 0.5, 1.0, temperature=1.0, top_p=0.0)
+    with pytest.raises(ValueError, match="oracle is greedy"):
+        X.Config("oracle", "small", threshold=0.5, temperature=1.0)
+
+    ours, authors = X.bild("aligned", 0.5, 1.0), X.bild("aligned", 0.5, 1.0, rules="authors")
+    assert authors.label == ours.label + "-authors"
+    df = X.run(PRESET, authors, n_examples=4, results=env, progress=False)
+    assert df["trace"].str.startswith("L").all()  # the authors' large model writes the first token
+    with pytest.raises(ValueError, match="rules"):
+        X.Config("vanilla", "small", rules="authors")
+
+
+def test_cache_key_covers_the_code_that_decides_outputs(tmp_path):
+    """Editing a decoder, model adapter, kernel or the timed call changes the code hash; editing
+    the runner, the analysis or the plots does not."""
+    import shutil
+
+    from conftest import REPO
+
+    for d in ("bildlib", "kernels"):
+        shutil.copytree(REPO / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    files = {f.relative_to(tmp_path).as_posix() for f in cache.code_files(tmp_path)}
+    assert {"bildlib/decoding/bild.py", "bildlib/models/lm.py", "kernels/reference.py"} <= files
+    assert "bildlib/experiments/measure.py" in files and "kernels/bench.py" not in files
+    v = cache.code_version(tmp_path)
+    for f in ("bildlib/analysis.py", "bildlib/plots.py", "bildlib/experiments/runner.py"):
+        (tmp_path / f).write_text((tmp_path / f).read_text() + "\n# an edit\n")
+        assert cache.code_version(tmp_path) == v, f
+    for f in ("bildlib/decoding/bild.py", "bildlib/experiments/measure.py", "kernels/triton_policy.py"):
+        before = cache.code_version(tmp_path)
+        (tmp_path / f).write_text((tmp_path / f).read_text() + "\n# an edit\n")
+        assert cache.code_version(tmp_path) != before, f

@@ -2,6 +2,7 @@
 end to end with papermill on the shipped Multi30k pair (a few examples, a tiny grid)."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -24,7 +25,7 @@ def test_notebook_is_clean_and_parameterised(name):
         if c["cell_type"] == "code":
             assert c["outputs"] == [] and c["execution_count"] is None, "strip outputs before committing"
     params = papermill.inspect_notebook(str(path))
-    for p in ("preset", "split", "n_examples", "device", "seed", "out_dir"):
+    for p in ("preset", "split", "n_examples", "device", "dtype", "threads", "out_dir", "results_dir"):
         assert p in params
     for p in params.values():
         assert p["inferred_type_name"] != "None" and p["help"], (
@@ -44,6 +45,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
 
     tiny = {
         "n_examples": 3,
+        "device": "auto",  # resolved where it enters (experiments.Models)
         "threads": 1,
         "out_dir": str(tmp_path / "fig"),
         "results_dir": str(tmp_path / "res"),
@@ -75,3 +77,19 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert (s["latency_s"] > 0).all() and s["score"].between(0, 100).all()
     t = pd.read_csv(tmp_path / "fig" / "table1.csv")
     assert list(t["model"]) == ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3
+
+
+def test_only_the_default_run_writes_to_figures(capsys):
+    from bildlib import REPO_ROOT, notebook
+
+    d = notebook.defaults("fig4")
+    assert d["n_examples"] == 100 and d["out_dir"] == "" and d["rules"] == "ours"
+    assert notebook.outputs("fig4", d) == REPO_ROOT / "figures"
+    assert notebook.outputs("fig4", d | {"results_dir": "/tmp/elsewhere"}) == REPO_ROOT / "figures"
+    trial = notebook.outputs("fig4", d | {"n_examples": 4})
+    assert trial.parent == REPO_ROOT / "build" / "figures" and trial.name.startswith("fig4-")
+    assert notebook.outputs("fig4", d | {"n_examples": 4}) == trial  # one folder per run
+    assert notebook.outputs("fig4", d | {"n_examples": 5}) != trial
+    assert "n_examples=4" in capsys.readouterr().out
+    assert notebook.outputs("fig4", d | {"n_examples": 4, "out_dir": "/tmp/x"}) == Path("/tmp/x")
+    assert notebook.outputs("fig4", d | {"out_dir": "figures/full"}) == REPO_ROOT / "figures" / "full"

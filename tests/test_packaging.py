@@ -55,3 +55,62 @@ def test_kernels_import_without_triton(tmp_path):
 def test_kernels_import_with_triton(tmp_path):
     out = run_python("import triton, bildlib.kernels as k; print(k.HAS_TRITON)", cwd=tmp_path).stdout.split()
     assert out == ["True"]
+
+
+def test_dependencies_are_ranges_and_constraints_pin_them():
+    """pyproject.toml states compatible ranges (installable next to other projects); the tested
+    versions are pinned in constraints.txt, which make setup installs with, and satisfy them."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    reqs += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.lower().replace("_", "-")] = version
+    for r in reqs:
+        assert not any(s.operator == "==" for s in r.specifier), f"{r}: pin versions in constraints.txt"
+        assert any(s.operator == ">=" for s in r.specifier), f"{r}: state the lowest version that works"
+        pinned = pins.get(r.name.lower().replace("_", "-"))
+        assert pinned and r.specifier.contains(pinned), f"{r}: constraints.txt pins {pinned}"
+    assert "-c constraints.txt" in (REPO / "Makefile").read_text()
+
+
+def test_committed_results_name_no_machine_paths():
+    """Files under data/ and figures/ record paths relative to the checkout, never where it was."""
+    import json
+    import re
+
+    import pandas as pd
+
+    absolute = re.compile(r"(^|[\s\"'(=:])(/(home|root|work|tmp|Users|mnt|opt|var|private)/|[A-Z]:\\)")
+    checked = 0
+    for folder in ("data", "figures"):
+        for f in sorted((REPO / folder).rglob("*")):
+            if "results" in f.parts or f.suffix not in (".json", ".csv", ".md"):
+                continue
+            if f.suffix == ".json":
+                texts = [s for s in _strings(json.loads(f.read_text()))]
+            elif f.suffix == ".csv":
+                texts = [str(v) for v in pd.read_csv(f).astype(str).to_numpy().ravel()]
+            else:
+                texts = f.read_text().splitlines()
+            bad = [t for t in texts if absolute.search(t) or str(REPO) in t]
+            assert not bad, f"{f.relative_to(REPO)} names a machine path: {bad[:3]}"
+            checked += 1
+    assert checked >= 10
+
+
+def _strings(o):
+    if isinstance(o, dict):
+        for k, v in o.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _strings(v)
+    elif isinstance(o, str):
+        yield o

@@ -11,7 +11,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from bildlib import train as T
 from bildlib.evaluate import translate
-from bildlib.models import load_seq2seq, load_tokenizer
+from bildlib.models import load_model, load_tokenizer
 
 TINY = dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=1, num_heads=2, d_kv=16)
 
@@ -58,7 +58,7 @@ def test_checkpoint_round_trip(tmp_path, dtype):
     tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
     model = T.build_model(tiny(tmp_path), tok).eval()
     T.save_checkpoint(model, tok, tmp_path / "ck", dtype)
-    loaded, tok2 = load_seq2seq(tmp_path / "ck")
+    loaded, tok2 = load_model(tmp_path / "ck")
     assert next(loaded.parameters()).dtype == torch.float32  # bf16 files upcast on load
     x = torch.tensor([[5, 6, 7, 1]])
     ref = model.to(torch.bfloat16).float() if dtype == "bfloat16" else model
@@ -109,7 +109,7 @@ def test_calibration_set_is_what_the_aligned_run_trains_on(teacher, tmp_path):
     path = T.calibrate(cfg.out, tmp_path / "calib.parquet", n_train=cfg.n_train, device="cpu")
     df = pd.read_parquet(path)
     assert list(df["idx"]) == list(range(cfg.n_train))  # one output per training input, in order
-    model, tok = load_seq2seq(cfg.out)
+    model, tok = load_model(cfg.out)
     sources = [s for s, _ in T.data.load_multi30k("train").pairs[: cfg.n_train]]
     assert list(df["output"]) == translate(model, tok, sources)
     aligned = tiny(tmp_path, "aligned", targets=str(path))
@@ -145,7 +145,7 @@ def test_unknown_model_path(tmp_path, multi30k_dir):
     with pytest.raises(FileNotFoundError, match="does-not-exist"):
         T.train(tiny(tmp_path, model={}, init_from=str(tmp_path / "does-not-exist")), progress=False)
     with pytest.raises(FileNotFoundError, match="cannot load model"):
-        load_seq2seq(tmp_path / "does-not-exist")
+        load_model(tmp_path / "does-not-exist")
 
 
 def test_vocabulary_mismatch(tmp_path):
@@ -156,7 +156,7 @@ def test_vocabulary_mismatch(tmp_path):
     small_vocab.save_pretrained(tmp_path / "v100")
     tok.save_pretrained(tmp_path / "v100")
     with pytest.raises(ValueError, match="tokenizer has 8000 entries but the model's vocabulary has 100"):
-        load_seq2seq(tmp_path / "v100")
+        load_model(tmp_path / "v100")
 
 
 def test_empty_dataset(tmp_path, monkeypatch):
@@ -184,7 +184,7 @@ def test_model_cards_and_evaluate_cli(teacher, tmp_path, capsys):
     assert c["bleu_gap_val"] == 0 and c["latency_ratio_small_over_large"] > 0.5  # one model three times
     assert c["holds"]["bleu_gap >= 4"] is False and len(c["holds"]) == 4
     m = pair["models"]["multi30k-large"]
-    assert m["params"] == sum(p.numel() for p in load_seq2seq(cfg.out)[0].parameters())
+    assert m["params"] == sum(p.numel() for p in load_model(cfg.out)[0].parameters())
     text = modelcard.card("multi30k-large", m, pair)
     assert f"**{m['val']['bleu']:.2f}**" in text and "python -m bildlib.train multi30k-large" in text
     # the card's BLEU is what `python -m bildlib.evaluate` prints
@@ -229,3 +229,15 @@ def test_cli_overrides():
     assert T.PRESETS["multi30k-small"].optimizer == "adafactor"  # the preset itself is untouched
     with pytest.raises(ValueError, match="FIELD one of"):
         T.override(cfg, "learning_rate=1")
+
+
+def test_cli_records_the_command_as_typed(monkeypatch):
+    """train_log.json's command is what a user types, never the path of the machine it ran on."""
+    from bildlib.train import cli
+
+    seen = {}
+    monkeypatch.setattr(
+        cli, "train", lambda cfg, command: seen.update(command=command) or {"best": 0, "wall_s": 0}
+    )
+    cli.main(["multi30k-small", "--device", "cpu", "--set", "lr=0.01"])
+    assert seen["command"] == "python -m bildlib.train multi30k-small --device cpu --set lr=0.01"

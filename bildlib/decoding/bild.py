@@ -137,7 +137,7 @@ def bild(
     large_next = s.rules == "authors"  # the authors' code starts with a large-model step
     while True:
         done = not large_next and finished(seq, small.eos, s.max_new_tokens)  # "while y[-1] != EOS"
-        if not (done or large_next) and run < s.limit:
+        if not (done or large_next) and run < s.limit:  # at most s.limit small tokens in a row
             p, y = pol.propose(pol.scaled(tr.call("S", small, seq)[-1:]))  # "p_S <- SmallModel(y)"
             tr.drafted += 1
             if s.fallback is None or p >= s.fallback:  # "if max p_S > α_FB": keep the small token
@@ -155,7 +155,7 @@ def bild(
             tr.rollbacks += 1
             tr.rewind(seq, first + m, small, large)
             tr.emit(seq, pol.pick(logits[m : m + 1]), "L")
-            large_next = s.rules == "authors"
+            large_next = s.rules == "authors"  # their rollback `continue`s to another large step
         elif done:
             break
         else:  # "else: y <- y + [sample(p_L[-1])]"

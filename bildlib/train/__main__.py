@@ -1,0 +1,3 @@
+from bildlib.train.cli import main
+
+main()

@@ -1,0 +1,102 @@
+"""Training configurations: TrainConfig, the model sizes, and the presets of the shipped pair."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bildlib import REPO_ROOT
+from bildlib.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
+
+MAX_LEN = 128  # tokens, source and target; Multi30k's longest sentence has 60
+
+
+@dataclass
+class TrainConfig:
+    out: str  # folder of the saved (best) checkpoint
+    model: dict = field(default_factory=dict)  # T5Config fields, to train from scratch
+    init_from: str | None = None  # or: a checkpoint folder / hub name to fine-tune
+    tokenizer: str = str(DEFAULT_TOKENIZER.relative_to(REPO_ROOT))
+    targets: str | None = None  # calibration parquet: train on the teacher's outputs, not the references
+    prefix: str = ""  # prepended to every source, e.g. "translate German to English: " for t5-small
+    n_train: int | None = None  # first n training pairs only
+    n_val: int = 300  # val sentences scored with greedy BLEU after each epoch
+    epochs: int = 10
+    batch_size: int = 128  # sentences per step, so every target set gets the same number of steps
+    optimizer: str = "adamw"  # "adamw" | "adafactor" (the paper's)
+    lr: float = 1e-3
+    warmup_steps: int = 400
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    label_smoothing: float = 0.1
+    seed: int = 0
+    device: str = "auto"
+    bf16: bool = True  # autocast matmuls to bf16 (about 2x faster on CPUs with AVX512-BF16, and on GPUs)
+    save_dtype: str = "float32"  # "bfloat16" halves the files; config.json keeps float32, so loading upcasts
+
+    def validate(self) -> None:
+        for name in ("epochs", "batch_size", "n_val"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_train is not None and self.n_train < 1:
+            raise ValueError(f"n_train must be >= 1 or None, got {self.n_train}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("adamw", "adafactor"):
+            raise ValueError(f"optimizer must be 'adamw' or 'adafactor', got {self.optimizer!r}")
+        if self.save_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"save_dtype must be 'float32' or 'bfloat16', got {self.save_dtype!r}")
+        if self.model.get("num_decoder_layers", 0) > self.model.get("num_layers", 6):
+            # transformers sizes generate()'s T5 cache by the encoder's depth (num_hidden_layers)
+            raise ValueError("model: num_decoder_layers > num_layers breaks generate() in transformers 5")
+        if bool(self.model) == bool(self.init_from):
+            raise ValueError("give exactly one of model (a config to train from scratch) and init_from")
+
+
+# Sizes chosen for the latency headroom BiLD needs on 2 CPU threads (README, "Model pair"): per-token
+# cost at batch 1 is mostly per-layer overhead, so the small model gets one decoder layer.
+SMALL = dict(d_model=128, d_ff=512, num_layers=4, num_decoder_layers=1, num_heads=4, d_kv=32)
+LARGE = dict(d_model=384, d_ff=1024, num_layers=6, num_decoder_layers=6, num_heads=6, d_kv=64)
+CALIBRATION = "data/calibration/multi30k-large-train.parquet"
+# Adafactor with steps relative to each weight's scale: with AdamW these T5 models learned 3-4x
+# slower (README, "Model pair"). All saved in bf16 so the three checkpoints fit the 60 MB budget.
+_RECIPE = dict(optimizer="adafactor", lr=3e-2, warmup_steps=200, save_dtype="bfloat16")
+_SMALL = dict(model=SMALL, epochs=4, batch_size=64, **_RECIPE)
+PRESETS = {
+    "multi30k-small": TrainConfig(out="data/checkpoints/multi30k-small", **_SMALL),
+    "multi30k-large": TrainConfig(
+        out="data/checkpoints/multi30k-large", model=LARGE, epochs=6, batch_size=128, **_RECIPE
+    ),
+    # prediction alignment, the paper's fair comparison: same init (seed), recipe and steps as the small
+    "multi30k-small-aligned": TrainConfig(
+        out="data/checkpoints/multi30k-small-aligned", targets=CALIBRATION, **_SMALL
+    ),
+    # the practical variant: continue from the trained small model
+    "multi30k-small-aligned-continued": TrainConfig(
+        out="data/checkpoints/multi30k-small-aligned-continued",
+        init_from="data/checkpoints/multi30k-small",
+        targets=CALIBRATION,
+        **{**_SMALL, "model": {}, "epochs": 4, "lr": 1e-2},
+    ),
+}
+
+
+def _path(p: str | Path) -> Path:
+    """Relative paths are relative to the checkout, so commands work from any folder."""
+    p = Path(p)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def override(cfg: TrainConfig, item: str) -> TrainConfig:
+    """cfg with one field set from "field=value" (JSON values; bare words are strings)."""
+    name, sep, value = item.partition("=")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    if not sep or name not in fields:
+        raise ValueError(f"--set takes FIELD=VALUE with FIELD one of {sorted(fields)}, got {item!r}")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return dataclasses.replace(cfg, **{name: parsed})

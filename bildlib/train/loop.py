@@ -1,0 +1,228 @@
+"""The training loop: batches of similar length, the model to train, checkpoints, resume."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
+from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
+
+from bildlib import data, metrics
+from bildlib.evaluate import machine, translate
+from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
+from bildlib.train.align import read_calibration
+from bildlib.train.config import MAX_LEN, TrainConfig, _path
+
+
+def training_pairs(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """(source, target) pairs: Multi30k train, with the calibration outputs as targets if given."""
+    pairs = data.load_multi30k("train").pairs
+    if cfg.n_train:
+        pairs = pairs[: cfg.n_train]
+    if cfg.targets:
+        outputs = read_calibration(_path(cfg.targets))
+        if len(outputs) != len(pairs):
+            raise ValueError(
+                f"targets {cfg.targets} has {len(outputs)} outputs but training uses {len(pairs)} inputs"
+            )
+        pairs = [(src, out) for (src, _), out in zip(pairs, outputs, strict=True)]
+    if not pairs:
+        raise ValueError("the training set is empty")
+    return pairs
+
+
+def encode(tok, pairs: list[tuple[str, str]], prefix: str = "") -> tuple[list[list[int]], list[list[int]]]:
+    src = tok([prefix + s for s, _ in pairs], truncation=True, max_length=MAX_LEN).input_ids
+    tgt = tok([t for _, t in pairs], truncation=True, max_length=MAX_LEN).input_ids
+    return src, tgt
+
+
+def batches(src: list[list[int]], tgt: list[list[int]], batch_size: int, seed: int) -> list[list[int]]:
+    """Index batches of similar lengths (little padding), in a seeded random order."""
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.rand(len(src), generator=g).tolist()  # random order among equal lengths
+    order = sorted(range(len(src)), key=lambda i: len(src[i]) + len(tgt[i]) + noise[i])
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return [chunks[i] for i in torch.randperm(len(chunks), generator=g).tolist()]
+
+
+def collate(src, tgt, idx, device) -> dict:
+    def pad(seqs, value):
+        n = max(len(s) for s in seqs)
+        return torch.tensor([s + [value] * (n - len(s)) for s in seqs], device=device)
+
+    input_ids = pad([src[i] for i in idx], 0)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != 0).long(),
+        "labels": pad([tgt[i] for i in idx], -100),
+    }
+
+
+def build_model(cfg: TrainConfig, tok):
+    """The model to train: a fresh T5 (seeded init) or a loaded checkpoint."""
+    torch.manual_seed(cfg.seed)
+    if cfg.init_from:
+        try:
+            model = AutoModelForSeq2SeqLM.from_pretrained(locate(cfg.init_from), dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise FileNotFoundError(f"init_from: cannot load model {cfg.init_from!r}: {e}") from e
+    else:
+        model = T5ForConditionalGeneration(
+            T5Config(
+                vocab_size=len(tok),
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                decoder_start_token_id=tok.pad_token_id,
+                feed_forward_proj="relu",
+                tie_word_embeddings=True,
+                **cfg.model,
+            )
+        )
+    check_vocab(tok, model.config, cfg.init_from or "model")
+    g = model.generation_config
+    g.decoder_start_token_id, g.eos_token_id, g.pad_token_id = (
+        model.config.decoder_start_token_id,
+        tok.eos_token_id,
+        tok.pad_token_id,
+    )
+    g.max_new_tokens, g.num_beams, g.do_sample = MAX_LEN, 1, False
+    return model
+
+
+def save_checkpoint(model, tok, out: Path, dtype: str) -> None:
+    """A complete HF checkpoint in out, written beside it first and moved in file by file."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        m = copy.deepcopy(model).cpu()
+        if dtype == "bfloat16":
+            m = m.to(torch.bfloat16)
+        m.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        cfg = json.loads((Path(tmp) / "config.json").read_text())
+        cfg["dtype"] = "float32"  # weights may be stored in bf16; from_pretrained then upcasts
+        (Path(tmp) / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        for f in Path(tmp).iterdir():
+            f.chmod(0o644)
+            os.replace(f, out / f.name)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    with data.atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -> dict:
+    """Train per cfg (resuming from <out>.resume/ if it holds a state of the same cfg); returns the
+    log. command: the command line to record (main() passes it as a user would type it)."""
+    cfg.validate()
+    device = resolve_device(cfg.device)
+    out = _path(cfg.out)
+    resume = out.with_name(out.name + ".resume") / "state.pt"
+    tok = load_tokenizer(cfg.init_from or _path(cfg.tokenizer))
+    pairs = training_pairs(cfg)
+    val = data.load_multi30k("val").head(cfg.n_val)
+    src, tgt = encode(tok, pairs, cfg.prefix)
+    model = build_model(cfg, tok).to(device)
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer == "adamw":
+        opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
+    else:
+        # steps relative to each weight's RMS (as in T5's own training): T5 initialises embeddings
+        # with std 1 but attention weights near 0.01, so one absolute step size fits neither
+        opt = Adafactor(groups, lr=cfg.lr, scale_parameter=True, relative_step=False, warmup_init=False)
+    steps_per_epoch = -(-len(pairs) // cfg.batch_size)
+    sched = get_linear_schedule_with_warmup(opt, cfg.warmup_steps, cfg.epochs * steps_per_epoch)
+
+    log = {
+        "config": dataclasses.asdict(cfg),
+        "command": command,
+        "machine": machine(),
+        "n_train": len(pairs),
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": [],
+        "best": None,
+    }
+    if resume.exists():
+        state = torch.load(resume, weights_only=False)
+        # fields added to TrainConfig after the state was saved count as their defaults; the
+        # device may change (a CPU run can go on on a GPU)
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        saved = {k: state["config"].get(k, defaults[k]) for k in defaults} | {"device": cfg.device}
+        if saved != dataclasses.asdict(cfg):
+            raise ValueError(f"{resume} was saved by a run with another config; delete it to start afresh")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        torch.set_rng_state(state["rng"])
+        log = state["log"]
+    out.mkdir(parents=True, exist_ok=True)
+
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
+    for epoch in range(len(log["epochs"]) + 1, cfg.epochs + 1):
+        t0, total, count = time.time(), 0.0, 0
+        model.train()
+        bar = tqdm(
+            batches(src, tgt, cfg.batch_size, cfg.seed * 1000 + epoch),
+            disable=not progress,
+            desc=f"{out.name} epoch {epoch}/{cfg.epochs}",
+        )
+        for idx in bar:
+            b = collate(src, tgt, idx, device)
+            with torch.autocast(**autocast):
+                logits = model(
+                    input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]
+                ).logits
+            loss = F.cross_entropy(
+                logits.float().flatten(0, 1),
+                b["labels"].flatten(),
+                ignore_index=-100,
+                label_smoothing=cfg.label_smoothing,
+            )
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            total, count = total + loss.item(), count + 1
+            bar.set_postfix(loss=f"{total / count:.3f}")
+        model.eval()
+        score = metrics.bleu(translate(model, tok, val.sources, cfg.prefix), val.references)
+        row = {
+            "epoch": epoch,
+            "train_loss": round(total / count, 4),
+            "val_bleu": round(score.value, 2),
+            "lr": sched.get_last_lr()[0],
+            "wall_s": round(time.time() - t0, 1),
+        }
+        log["epochs"].append(row)
+        log["signature"] = score.signature
+        if log["best"] is None or row["val_bleu"] > log["best"]["val_bleu"]:
+            log["best"] = row
+            save_checkpoint(model, tok, out, cfg.save_dtype)
+        log["wall_s"] = round(sum(r["wall_s"] for r in log["epochs"]), 1)
+        _atomic_write(out / "train_log.json", json.dumps(log, indent=1) + "\n")
+        state = {
+            "config": dataclasses.asdict(cfg),
+            "model": model.state_dict(),
+            "opt": opt.state_dict(),
+            "sched": sched.state_dict(),
+            "rng": torch.get_rng_state(),
+            "log": log,
+        }
+        with data.atomic_path(resume) as tmp:
+            torch.save(state, tmp)
+        print(json.dumps(row), flush=True)
+    return log
