@@ -49,21 +49,25 @@ class Models:
 
     def __getitem__(self, which: str) -> LM:
         if which not in self._lm:
-            stored = stored_dtype(self.preset.model(which))  # None for a hub id: decided on loading
-            dtype = self.policy if stored is None else resolve_dtype(self.policy, self.device, stored)
-            lm = LM.from_pretrained(self.preset.model(which), self.device, dtype)
+            path = self.preset.model(which)
+            lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy)
             if which != "large":
                 check_pair(lm, self["large"])
             self._lm[which] = lm
         return self._lm[which]
 
+    def _local_dtype(self, path: str) -> torch.dtype | None:
+        """The resolved dtype of a local folder, read from its weights without loading them; None
+        for a hub id, whose stored dtype only loading tells (load_model resolves the policy then)."""
+        stored = stored_dtype(path)
+        return None if stored is None else resolve_dtype(self.policy, self.device, stored)
+
     def dtype(self, which: str) -> torch.dtype:
         """The dtype `which` runs in; for a local folder without loading it (a cache hit loads
         no model)."""
-        stored = None if which in self._lm else stored_dtype(self.preset.model(which))
-        if stored is None:
-            return self[which].model.dtype
-        return resolve_dtype(self.policy, self.device, stored)
+        if which not in self._lm and (dtype := self._local_dtype(self.preset.model(which))):
+            return dtype
+        return self[which].model.dtype
 
     def identity(self, which: str) -> str:
         """What the results depend on: the weights' hash (local) or the hub commit."""
