@@ -32,8 +32,10 @@ _GREEDY: dict = {}
 
 
 def greedy(model, src, n=24):
-    """Vanilla greedy output, memoised: several properties compare against the same runs."""
-    key = (id(model), tuple(src), n)
+    """Vanilla greedy output, memoised: several properties compare against the same runs.
+    Keyed on the model object, not id(model): the dict keeps it alive, so a later fixture's
+    model cannot reuse the id and read another model's outputs (CI failed that way once)."""
+    key = (model, tuple(src), n)
     if key not in _GREEDY:
         _GREEDY[key] = D.vanilla(model, src, max_new_tokens=n)[0]
     return _GREEDY[key]
