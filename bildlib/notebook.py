@@ -14,12 +14,34 @@ NOTEBOOKS = REPO_ROOT / "notebooks"
 PLACES = ("out_dir", "results_dir")
 
 
-def defaults(name: str) -> dict:
-    """The parameters cell of notebooks/<name>.ipynb as {parameter: default value}."""
+# The types a parameters cell declares, as isinstance() checks them (an int is a float too).
+TYPES = {"str": str, "int": int, "float": int | float, "bool": bool, "list": list, "dict": dict}
+
+
+def parameters(name: str) -> dict:
+    """papermill's reading of notebooks/<name>.ipynb's parameters cell: {parameter: {name,
+    inferred_type_name, default, help}}."""
     import papermill
 
-    params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
-    return {k: ast.literal_eval(v["default"]) for k, v in params.items()}
+    return papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+
+
+def defaults(name: str) -> dict:
+    """The parameters cell of notebooks/<name>.ipynb as {parameter: default value}."""
+    return {k: ast.literal_eval(v["default"]) for k, v in parameters(name).items()}
+
+
+def check_parameters(name: str, values: dict) -> None:
+    """Every parameter has the type its line in the parameters cell declares; values: the
+    notebook's variables (globals()). The error names the parameter, the type and the value
+    (papermill -p passes text that is not a number as a string; lists and dicts go with -y)."""
+    for k, p in parameters(name).items():
+        t, x = p["inferred_type_name"], values[k]
+        if t not in TYPES:
+            continue
+        if not isinstance(x, TYPES[t]) or isinstance(x, bool) and t != "bool":
+            hint = f" (papermill: -y '{{{k}: ...}}' passes a {t})" if t in ("list", "dict") else ""
+            raise TypeError(f"{name}: parameter {k} must be {t}, got {x!r} ({type(x).__name__}){hint}")
 
 
 def outputs(name: str, values: dict) -> Path:

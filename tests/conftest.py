@@ -1,4 +1,6 @@
+import dataclasses
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +129,42 @@ def save_tiny(model, path: Path) -> Path:
     model.save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return path
+
+
+# --- a paper preset's plumbing with tiny models (tests of the experiment harness) ------------
+
+PRESET = "iwslt2017-mt5"
+
+
+def sentences(n, seed):
+    r = random.Random(seed)
+    return [" ".join(f"w{r.randrange(3, TINY_VOCAB)}" for _ in range(r.randrange(2, 7))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    """The tiny models saved under PRESET's hub names (pass as $BILD_MODELS)."""
+    from bildlib import presets
+
+    root = tmp_path_factory.mktemp("hub")
+    p = presets.PRESETS[PRESET]
+    large = tiny_model("t5", seed=1, d=48, scale=0.3)
+    save_tiny(large, root / p.large)
+    save_tiny(perturbed(large, seed=2, noise=0.8), root / p.small)
+    save_tiny(perturbed(large, seed=3, noise=0.4), root / p.aligned)
+    return root
+
+
+@pytest.fixture
+def env(mirror, tmp_path, monkeypatch):
+    """PRESET on the tiny models (max 10 new tokens) and 12 stand-in pairs; returns a results folder."""
+    from bildlib import data, presets
+
+    monkeypatch.setenv("BILD_MODELS", str(mirror))
+    monkeypatch.setitem(
+        presets.PRESETS, PRESET, dataclasses.replace(presets.PRESETS[PRESET], max_new_tokens=10)
+    )
+    pairs = list(zip(sentences(12, 0), sentences(12, 1), strict=True))
+    task = data.Task("iwslt2017", "translation", "de", "en")
+    monkeypatch.setattr(data, "load", lambda name, split="val", n=None: data.Split(task, split, pairs[:n]))
+    return tmp_path / "results"

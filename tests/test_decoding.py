@@ -2,6 +2,7 @@
 and on the shipped Multi30k pair."""
 
 import random
+import weakref
 
 import pytest
 import torch
@@ -353,6 +354,8 @@ class Markov:
 
     def __init__(self, logits: torch.Tensor, eos: int = -1):
         self.table, self.eos, self.device, self.width = logits, eos, torch.device("cpu"), logits.shape[1]
+        self.tok, self.name, self.is_encoder_decoder = tiny_tokenizer(), "markov", False
+        self.partners = weakref.WeakSet()  # what decoding's pair check reads and fills
 
     def start(self, source_ids):
         self.ids = []
@@ -436,6 +439,60 @@ def test_bad_decoder_arguments(pair):
         D.vanilla(small, [])
     with pytest.raises(ValueError, match="top_p"):
         D.Sampling(top_p=0)
+
+
+DECODERS = {
+    "vanilla": lambda s, lg, src: D.vanilla(s, src, max_new_tokens=3),
+    "bild": lambda s, lg, src: D.bild(s, lg, src, max_new_tokens=3),
+    "speculative": lambda s, lg, src: D.speculative_sampling(s, lg, src, max_new_tokens=3),
+    "oracle": lambda s, lg, src: D.oracle(s, lg, src, 0.5, max_new_tokens=3),
+}
+
+
+def test_every_decoder_is_batch_one_on_integer_ids_in_the_vocabulary(pair):
+    import numpy as np
+
+    small, large = pair
+    src = sources(1)[0]
+    for name, run in DECODERS.items():
+        for batch in ([src, src], torch.tensor([src, src]), [[3, 4], [5]]):
+            with pytest.raises(ValueError, match="batch 1"):  # not decoded as one concatenated row
+                run(small, large, batch)
+        for ids in ([3, TINY_VOCAB + 99999], [-5, 3], torch.tensor([3, -1])):
+            with pytest.raises(ValueError, match=rf"source_ids must lie in \[0, {TINY_VOCAB}\)"):
+                run(small, large, ids)
+        for ids in ([3.0, 4.5], torch.tensor([3.0, 4.0]), [3, True], "w3 w4"):
+            with pytest.raises(TypeError, match="integer token ids"):  # not truncated to integers
+                run(small, large, ids)
+        want = run(small, large, src)[0]
+        for same in (torch.tensor([src]), torch.tensor(src), np.array(src), tuple(src)):
+            assert run(small, large, same)[0] == want, name  # one row in any form decodes alike
+        with pytest.raises(ValueError, match="max_new_tokens"):
+            D.vanilla(small, src, max_new_tokens=2.5)
+
+
+def test_decoders_refuse_a_pair_without_one_vocabulary(tmp_path):
+    """Called directly, not through load_pair: a pair whose vocabularies differ is an error in
+    every two-model decoder, and the check is remembered once it passed."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    big = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"v{i}": i for i in range(3, 2 * TINY_VOCAB)}
+    other = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(big, unk_token="<unk>")),
+        pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+    )  # fmt: skip
+    large = LM(tiny_model("t5", seed=1), tiny_tokenizer(), "large")
+    stranger = LM(tiny_model("t5", seed=2, d=16), other, "stranger")
+    src = sources(1)[0]
+    for name, run in DECODERS.items():
+        if name != "vanilla":
+            with pytest.raises(ValueError, match="stranger and large do not share a vocabulary"):
+                run(stranger, large, src)
+    small = LM(tiny_model("t5", seed=3), tiny_tokenizer(), "small")
+    assert large not in small.partners
+    D.bild(small, large, src, max_new_tokens=3)
+    assert large in small.partners and stranger not in small.partners
 
 
 def test_missing_models_are_clear_errors(tmp_path):

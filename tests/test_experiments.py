@@ -2,47 +2,15 @@
 preset's hub names ($BILD_MODELS) and a tiny stand-in dataset."""
 
 import dataclasses
-import random
 
 import pandas as pd
 import pytest
 
 from bildlib import analysis as A
-from bildlib import data, presets
 from bildlib import experiments as X
+from bildlib import presets
 from bildlib.experiments import cache, measure
-from conftest import TINY_VOCAB, perturbed, run_python, save_tiny, tiny_model
-
-PRESET = "iwslt2017-mt5"
-
-
-def _sentences(n, seed):
-    r = random.Random(seed)
-    return [" ".join(f"w{r.randrange(3, TINY_VOCAB)}" for _ in range(r.randrange(2, 7))) for _ in range(n)]
-
-
-@pytest.fixture(scope="module")
-def mirror(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hub")
-    p = presets.PRESETS[PRESET]
-    large = tiny_model("t5", seed=1, d=48, scale=0.3)
-    save_tiny(large, root / p.large)
-    save_tiny(perturbed(large, seed=2, noise=0.8), root / p.small)
-    save_tiny(perturbed(large, seed=3, noise=0.4), root / p.aligned)
-    return root
-
-
-@pytest.fixture
-def env(mirror, tmp_path, monkeypatch):
-    monkeypatch.setenv("BILD_MODELS", str(mirror))
-    monkeypatch.setitem(
-        presets.PRESETS, PRESET, dataclasses.replace(presets.PRESETS[PRESET], max_new_tokens=10)
-    )
-    pairs = list(zip(_sentences(12, 0), _sentences(12, 1), strict=True))
-    task = data.Task("iwslt2017", "translation", "de", "en")
-    monkeypatch.setattr(data, "load", lambda name, split="val", n=None: data.Split(task, split, pairs[:n]))
-    return tmp_path / "results"
-
+from conftest import PRESET, run_python
 
 GRID = [X.bild("small", 0.5, 1.0), X.bild("aligned", 0.5, 1.0), X.bild("aligned", 0.8, 3.0)]
 

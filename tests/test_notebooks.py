@@ -93,3 +93,39 @@ def test_only_the_default_run_writes_to_figures(capsys):
     assert "n_examples=4" in capsys.readouterr().out
     assert notebook.outputs("fig4", d | {"n_examples": 4, "out_dir": "/tmp/x"}) == Path("/tmp/x")
     assert notebook.outputs("fig4", d | {"out_dir": "figures/full"}) == REPO_ROOT / "figures" / "full"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_parameters_are_type_checked(name):
+    from bildlib import notebook
+
+    d = notebook.defaults(name)
+    notebook.check_parameters(name, d)  # the defaults pass
+    wrong = {"n_examples": "abc", "threads": 2.5, "preset": 3, "split": None}
+    for k, v in wrong.items():
+        with pytest.raises(TypeError, match=rf"{name}: parameter {k} must be \w+, got {v!r}"):
+            notebook.check_parameters(name, d | {k: v})
+    with pytest.raises(TypeError, match="n_examples must be int, got True"):
+        notebook.check_parameters(name, d | {"n_examples": True})
+    lists = [k for k, p in notebook.parameters(name).items() if p["inferred_type_name"] == "list"]
+    for k in lists:
+        with pytest.raises(TypeError, match=rf"parameter {k} must be list, got '\[0.5\]' \(str\).*-y"):
+            notebook.check_parameters(name, d | {k: "[0.5]"})
+
+
+def test_bad_parameters_stop_a_notebook_with_a_message_that_names_them(tmp_path):
+    """Through papermill's command line: -p passes 2.5 as a float and abc as a string; a grid
+    with NaN or without configurations stops before anything runs."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "papermill", "notebooks/fig4.ipynb", str(tmp_path / "out.ipynb")]
+    res = ["-p", "results_dir", str(tmp_path / "res"), "-p", "out_dir", str(tmp_path / "fig")]
+    for args, message in [
+        (["-p", "n_examples", "2.5"], "fig4: parameter n_examples must be int, got 2.5 (float)"),
+        (["-y", "{fallbacks: [.nan]}"], "fallback must be a number in [0, 1] or None, got nan"),
+        (["-y", "{verify_end: []}"], "the BiLD grid is empty: verify_end has no values"),
+    ]:
+        proc = subprocess.run(base + res + args, cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "res").exists()  # nothing was computed

@@ -11,6 +11,7 @@ from bildlib import kernels
 from bildlib.decoding.common import check_count, check_threshold, finished
 from bildlib.decoding.policy import Policy, Sampling
 from bildlib.decoding.trace import Trace
+from bildlib.models.lm import check_pair
 
 RULES = ("ours", "authors")
 
@@ -130,6 +131,7 @@ def bild(
     """
     s = BildSettings(fallback, rollback, max_small_steps, window, distance, sampling, max_new_tokens,
                      verify_end, rules)  # fmt: skip
+    check_pair(small, large)  # one vocabulary (checked once per pair, remembered on small)
     tr, pol = Trace(), Policy(s.sampling, large.device)
     seq = [small.start(source_ids)]  # [bos] + output; a model whose cache holds seq[:n] runs seq[n:]
     large.start(source_ids)

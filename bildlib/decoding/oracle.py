@@ -7,6 +7,7 @@ import torch
 from bildlib import kernels
 from bildlib.decoding.common import check_count, check_threshold, finished
 from bildlib.decoding.trace import Trace
+from bildlib.models.lm import check_pair
 
 
 @torch.inference_mode()
@@ -16,6 +17,7 @@ def oracle(small, large, source_ids, threshold: float, max_new_tokens: int = 128
     fraction is the large model's engagement."""
     check_count("max_new_tokens", max_new_tokens)
     check_threshold("threshold", threshold, 0, 1)
+    check_pair(small, large)  # one vocabulary (checked once per pair, remembered on small)
     tr = Trace()
     seq = [small.start(source_ids)]
     large.start(source_ids)

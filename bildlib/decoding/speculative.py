@@ -8,6 +8,7 @@ from bildlib import kernels
 from bildlib.decoding.common import check_count, finished
 from bildlib.decoding.policy import Policy, Sampling
 from bildlib.decoding.trace import Trace
+from bildlib.models.lm import check_pair
 
 
 @torch.inference_mode()
@@ -22,6 +23,7 @@ def speculative_sampling(
     """
     check_count("max_new_tokens", max_new_tokens)
     check_count("window", window)
+    check_pair(small, large)  # one vocabulary (checked once per pair, remembered on small)
     tr, pol = Trace(), Policy(sampling, large.device)
     seq = [small.start(source_ids)]
     large.start(source_ids)

@@ -6,14 +6,15 @@
 
 `config` (what to run), `measure` (the decoder a configuration runs and the timed call: the
 code the cache key hashes, with the decoders, models and kernels), `cache` (keys, parquet
-files), `runner` (models, run, sweep). Reading the results is bildlib.analysis.
+files, the lock), `busy` (the machine's load while a configuration ran), `runner`
+(models, plan, run, sweep). Reading the results is bildlib.analysis.
 """
 
 from bildlib.experiments.cache import RESULTS, code_version
 from bildlib.experiments.config import FIELDS, Config, bild, bild_grid, vanilla
-from bildlib.experiments.runner import Models, run, sweep, with_checkpoints
+from bildlib.experiments.runner import Job, Models, execute, plan, run, sweep, with_checkpoints
 
 __all__ = [
-    "FIELDS", "RESULTS", "Config", "Models", "bild", "bild_grid", "code_version", "run", "sweep",
-    "vanilla", "with_checkpoints",
+    "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "code_version", "execute",
+    "plan", "run", "sweep", "vanilla", "with_checkpoints",
 ]  # fmt: skip

@@ -1,21 +1,28 @@
 """The results cache: one parquet per configuration, keyed by what decides its numbers.
 
-data/results/<preset>/<key>.parquet, key = hash of the run's spec (runner.run): the models'
-identities, the configuration, split, n_examples, the code that decides outputs and timings
-(CODE), device, dtypes, threads and warm-up. Files are written atomically; one that does not
-read back as what its key promises is deleted with a warning and recomputed.
+data/results/<preset>/<key>.parquet, key = hash of the run's spec (runner.plan): the models'
+identities, the configuration, split, n_examples and a hash of those examples' sources and
+references, the code that decides outputs and timings (CODE), device, dtypes, threads and
+warm-up. Files are written atomically; one that does not read back as what its key promises is
+deleted with a warning and recomputed. Computing a key is exclusive across processes (a file
+lock beside the result), so two runs never time the same configuration at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from filelock import FileLock, Timeout
 
 from bildlib import REPO_ROOT, data
 
@@ -38,6 +45,11 @@ def code_version(root: Path = REPO_ROOT) -> str:
 
 def key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def examples_hash(pairs: list[tuple[str, str]]) -> str:
+    """SHA-256 of the (source, reference) pairs a run decodes and scores: changed data, new key."""
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()[:20]
 
 
 _HASHES: dict = {}
@@ -80,3 +92,30 @@ def write(df: pd.DataFrame, path: Path, meta: dict) -> None:
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"bildlib": json.dumps(meta)})
     with data.atomic_path(path) as tmp:
         pq.write_table(table, tmp)
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse a results folder that cannot be written, before anything is computed for it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise OSError(f"results folder {folder} is not writable ({e}); pass a folder you can write") from e
+
+
+@contextmanager
+def exclusive(path: Path, what: str) -> Iterator[None]:
+    """Hold the lock of one result file (path with suffix .lock) across processes; a second
+    process that wants it says so and waits. The operating system releases the lock of a
+    process that dies, so a killed run blocks nobody."""
+    lock = FileLock(path.with_suffix(".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another process computing {what} ({path.name})", file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from bildlib import presets
 from bildlib.decoding import RULES, Sampling
+from bildlib.decoding.bild import BildSettings
+from bildlib.decoding.common import check_count, check_threshold
 
 METHODS = ("vanilla", "bild", "speculative", "oracle")
 MODELS = ("small", "aligned", "large")
@@ -45,6 +47,15 @@ class Config:
         Sampling(self.temperature, self.top_p, self.seed)  # checks the three
         if self.method == "oracle" and self.sampling is not None:
             raise ValueError("oracle is greedy: temperature must be 0")
+        # The decoder's own checks, now: a sweep refuses a bad configuration before anything runs.
+        if self.method == "bild":
+            BildSettings(self.fallback, self.rollback, self.max_small_steps, self.window, self.distance,
+                         self.sampling, verify_end=self.verify_end, rules=self.rules)  # fmt: skip
+        elif self.method == "oracle":
+            check_threshold("threshold", self.threshold, 0, 1)
+        elif self.method == "speculative":
+            check_count("window", self.window)
+        check_count("repeat", self.repeat, minimum=0)
 
     @property
     def sampling(self) -> Sampling | None:
@@ -108,6 +119,10 @@ def bild_grid(
     if isinstance(verify_end, str) or not all(v in (None, False, True) for v in verify_end):
         raise ValueError(f"verify_end must be a list of true/false, got {verify_end!r}")
     ends = dict.fromkeys(v or None for v in verify_end)  # False is Algorithm 1, as None; once each
+    axes = {"models": models, "fallbacks": fbs, "rollbacks": rbs, "verify_end": ends}
+    empty = [k for k, v in axes.items() if not v]
+    if empty:  # an empty figure with rc 0 would look like a result
+        raise ValueError(f"the BiLD grid is empty: {' and '.join(empty)} has no values")
     return [
         bild(m, fb, rb, verify_end=v, rules=rules) for v in ends for m in models for fb in fbs for rb in rbs
     ]

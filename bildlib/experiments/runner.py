@@ -15,6 +15,8 @@ resumes from there.
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from bildlib import data, metrics, presets
+from bildlib.decoding.common import check_count
 from bildlib.evaluate import machine
-from bildlib.experiments import cache, measure
+from bildlib.experiments import busy, cache, measure
 from bildlib.experiments.config import FIELDS, Config, vanilla
 from bildlib.models import LM, check_dtype, check_pair, locate, resolve_device, resolve_dtype, stored_dtype
 
@@ -79,15 +82,36 @@ class Models:
 
 
 def examples(preset: presets.Preset, split: str, n_examples: int) -> data.Split:
-    if n_examples < 1:
-        raise ValueError(f"n_examples must be >= 1, got {n_examples}")
+    check_count("n_examples", n_examples)
     s = data.load(preset.dataset, split, n_examples)
     if len(s) < n_examples:
         raise ValueError(f"n_examples={n_examples} but {preset.dataset} {split} has {len(s)} examples")
     return s
 
 
-def run(
+@dataclass
+class Job:
+    """One configuration on a preset's first n examples, checked and keyed, not yet run."""
+
+    preset: presets.Preset
+    config: Config
+    examples: data.Split
+    models: Models
+    spec: dict  # everything the result depends on; its hash is the cache key
+    path: Path  # <results>/<preset>/<key>.parquet
+
+    @property
+    def key(self) -> str:
+        return self.path.stem
+
+    def cached(self) -> pd.DataFrame | None:
+        """The finished result, if the cache holds it whole."""
+        if not self.path.exists() or (df := cache.read(self.path, self.key)) is None:
+            return None
+        return df if len(df) == len(self.examples) else None
+
+
+def plan(
     preset: str,
     config: Config,
     split: str = "val",
@@ -99,53 +123,83 @@ def run(
     warmup: int = 2,
     models: Models | None = None,
     results: Path | None = None,
-    flush_every: int = 20,
-    progress: bool = True,
-) -> pd.DataFrame:
-    """One row per example (id, source, reference, output, latency_s, trace counters), cached.
-    df.attrs holds the corpus score, its signature and how the run was made. dtype: what the
-    models run in ("default": fp32 on CPU as the model cards, the stored dtype on GPU; "auto":
-    the stored dtype where the hardware computes it natively; see models.resolve_dtype).
-    checkpoints: replaces some of the preset's models, e.g. {"aligned": folder} (what-if runs).
-    device, dtype and checkpoints are ignored when `models` is given."""
+) -> Job:
+    """Check a run's arguments, load its examples and key it, without decoding anything (run's
+    arguments; sweep plans every configuration before the first runs)."""
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be an experiments.Config, got {type(config).__name__}")
+    check_count("threads", threads)
+    check_count("warmup", warmup, minimum=0)
     p = with_checkpoints(presets.get(preset), checkpoints)
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
     models = models or Models(p, device, dtype)
     ex = examples(p, split, n_examples)
     spec = {
         "preset": p.name, "config": dataclasses.asdict(config), "split": split, "n_examples": n_examples,
-        "models": {w: models.identity(w) for w in config.needs()}, "code": cache.code_version(),
+        "examples": cache.examples_hash(ex.pairs), "code": cache.code_version(),
+        "models": {w: models.identity(w) for w in config.needs()},
         "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
         "device": models.device.type, "threads": threads, "warmup": warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip
-    key = cache.key(spec)
-    out = Path(results or cache.RESULTS) / p.name / f"{key}.parquet"
-    partial = out.with_suffix(".partial.parquet")
-    if out.exists() and (df := cache.read(out, key)) is not None and len(df) == n_examples:
-        return df
-    done = cache.read(partial, key) if partial.exists() else None
-    rows = done.to_dict("records") if done is not None else []
+    path = Path(results or cache.RESULTS) / p.name / f"{cache.key(spec)}.parquet"
+    return Job(p, config, ex, models, spec, path)
 
-    torch.set_num_threads(threads)
+
+def run(
+    preset: str, config: Config, *args, flush_every: int = 20, progress: bool = True, **kw
+) -> pd.DataFrame:
+    """One row per example (id, source, reference, output, latency_s, trace counters), cached.
+    Arguments as plan: split, n_examples, device, dtype (what the models run in; "default": fp32
+    on CPU as the model cards, the stored dtype on GPU; "auto": the stored dtype where the
+    hardware computes it natively; see models.resolve_dtype), checkpoints (replace some of the
+    preset's models, e.g. {"aligned": folder}: what-if runs), threads, warmup, models (device,
+    dtype and checkpoints are ignored when given) and results (the cache folder). df.attrs holds
+    the corpus score, its signature, how the run was made and the machine's load while it ran."""
+    return execute(plan(preset, config, *args, **kw), flush_every, progress)
+
+
+def execute(job: Job, flush_every: int = 20, progress: bool = True) -> pd.DataFrame:
+    """The job's result: from the cache, or computed while holding its lock (a second process
+    that wants the same key waits, then reads the finished file)."""
+    check_count("flush_every", flush_every)
+    if (df := job.cached()) is not None:
+        return df
+    cache.check_writable(job.path.parent)
+    with cache.exclusive(job.path, job.config.label):
+        if (df := job.cached()) is not None:  # another process finished it while we waited
+            return df
+        return _compute(job, flush_every, progress)
+
+
+def _compute(job: Job, flush_every: int, progress: bool) -> pd.DataFrame:
+    p, config, models, n = job.preset, job.config, job.models, len(job.examples)
+    partial = job.path.with_suffix(".partial.parquet")
+    done = cache.read(partial, job.key) if partial.exists() else None
+    rows = done.to_dict("records") if done is not None else []
+    segments = done.attrs["load"]["segments"] if done is not None else []
+
+    torch.set_num_threads(job.spec["threads"])
     tok = models[config.model]
     encode = lambda text: tok.encode(p.prefix + text)  # noqa: E731
-    for s, _ in ex.pairs[:warmup]:  # untimed: allocator, caches, lazy init
+    for s, _ in job.examples.pairs[: job.spec["warmup"]]:  # untimed: allocator, caches, lazy init
         measure.decode(config, models, encode(s), p.max_new_tokens)
-    meta = {"key": key, "label": config.label, "spec": spec, "machine": machine()}
-    bar = tqdm(range(len(rows), n_examples), desc=config.label, disable=not progress, leave=False)
+    meta = {"key": job.key, "label": config.label, "spec": job.spec, "machine": machine()}
+    load = {"threads": job.spec["threads"], "cpus": busy.cpus()}
+    meter = busy.Meter(len(rows))
+    bar = tqdm(range(len(rows), n), desc=config.label, disable=not progress, leave=False)
     for i in bar:
-        src, ref = ex.pairs[i]
+        src, ref = job.examples.pairs[i]
         out_ids, tr, dt = measure.timed(config, models, encode(src), p.max_new_tokens)
         row = {"id": i, "source": src, "reference": ref, "output": tok.decode(out_ids), "latency_s": dt}
         rows.append(row | {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)})
-        if (i + 1) % flush_every == 0 and i + 1 < n_examples:
-            cache.write(pd.DataFrame(rows), partial, meta)
+        if (i + 1) % flush_every == 0 and i + 1 < n:
+            now = load | {"segments": segments + [meter.segment(i + 1)]}
+            cache.write(pd.DataFrame(rows), partial, meta | {"load": now})
+    meta["load"] = load | {"segments": segments + [meter.segment(n)]}
     df = pd.DataFrame(rows)
     sc = metrics.score(p.metric, list(df["output"]), list(df["reference"]))
     meta |= {"metric": p.metric, "score": sc.value, "signature": sc.signature}
-    cache.write(df, out, meta)
+    cache.write(df, job.path, meta)
     partial.unlink(missing_ok=True)
     df.attrs.update(meta)
     return df
@@ -158,24 +212,45 @@ def sweep(
     n_examples: int = 100,
     baseline_repeats: int = 3,
     progress: bool = True,
+    flush_every: int = 20,
     **kw,
 ) -> pd.DataFrame:
     """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
-    vanilla small/aligned; one DataFrame with a `label` column and the config's fields."""
-    if baseline_repeats < 1:
-        raise ValueError(f"baseline_repeats must be >= 1, got {baseline_repeats}")
+    vanilla small/aligned; one DataFrame with a `label` column, the config's fields and `busy`.
+    Every configuration is checked and keyed (plan) before the first example runs. Other
+    arguments as run. A configuration timed on a busy machine (experiments.busy) is named in a
+    BusyMachineWarning, and its rows have busy=True."""
+    check_count("baseline_repeats", baseline_repeats)
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
+    if bad := [c for c in configs if not isinstance(c, Config)]:
+        raise TypeError(f"configs must hold experiments.Config objects, got {bad[0]!r}")
     base = [vanilla("large", r) for r in range(baseline_repeats)]
     smalls = sorted({c.model for c in configs if c.model != "large"})
     todo = [base[0]] + [vanilla(m) for m in smalls] + configs
     mid = len(todo) // 2
     todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
-    plan = list(dict.fromkeys(todo))  # each configuration once, in order
     p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
     models = kw.pop("models", None) or Models(p, kw.get("device", "cpu"), kw.get("dtype", "default"))
-    frames = []
-    for c in tqdm(plan, desc=f"{preset} sweep", disable=not progress):
-        df = run(preset, c, split, n_examples, models=models, progress=progress, **kw)
-        frames.append(df.assign(label=c.label, **{f: getattr(c, f) for f in FIELDS}, score=df.attrs["score"]))
+    jobs = [plan(preset, c, split, n_examples, models=models, **kw) for c in dict.fromkeys(todo)]
+    if not all(j.path.exists() for j in jobs):
+        cache.check_writable(jobs[0].path.parent)
+    frames, suspect = [], []
+    for j in tqdm(jobs, desc=f"{preset} sweep", disable=not progress):
+        df, c = execute(j, flush_every, progress), j.config
+        why = busy.busy(df.attrs["load"]) if "load" in df.attrs else None
+        if why:
+            suspect.append(f"{c.label} ({why}; {j.path})")
+        fields = {f: getattr(c, f) for f in FIELDS}
+        frames.append(df.assign(label=c.label, **fields, score=df.attrs["score"], busy=why is not None))
+    if suspect:
+        warnings.warn(
+            f"{len(suspect)} configuration(s) were timed on a busy machine, so their latencies are "
+            "suspect; delete their result files and rerun on an idle machine: " + "; ".join(suspect),
+            busy.BusyMachineWarning,
+            stacklevel=2,
+        )
     out = pd.concat(frames, ignore_index=True)
     out.attrs = {
         "preset": preset,

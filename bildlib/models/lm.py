@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numbers
+import weakref
 from pathlib import Path
 
 import torch
@@ -27,6 +29,8 @@ class LM:
         self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
         self.device = model.device
         self.width = model.config.get_text_config(decoder=True).vocab_size  # logits columns returned
+        self.vocab = len(tokenizer)  # source ids must lie in [0, vocab)
+        self.partners = weakref.WeakSet()  # large models check_pair accepted this one with
         self.eos = tokenizer.eos_token_id
         self.ids: list[int] = []
         self.cache = None
@@ -52,9 +56,7 @@ class LM:
     def start(self, source_ids) -> int:
         """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
         prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
-        x = torch.as_tensor(source_ids, dtype=torch.long, device=self.device).reshape(1, -1)  # (1, S)
-        if x.shape[1] == 0:
-            raise ValueError("source_ids is empty")
+        x = check_source(source_ids, self.vocab).to(self.device)  # (1, S)
         self.ids, self.enc, self._source = [], None, x
         if self.is_encoder_decoder:
             self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -105,8 +107,41 @@ def load_pair(
     return s, lg
 
 
+def check_source(source_ids, vocab: int) -> torch.Tensor:
+    """One source as a (1, S) long tensor. Every decoder is batch 1: a nested list or a 2-D
+    tensor with more than one row is an error (reshaping would decode the concatenation), as are
+    non-integer ids (a cast would truncate them) and ids outside the vocabulary [0, vocab)."""
+    if isinstance(source_ids, torch.Tensor) or hasattr(source_ids, "__array__"):
+        x = torch.as_tensor(source_ids)
+        if x.dim() > 2 or x.dim() == 2 and x.shape[0] != 1:
+            raise ValueError(f"source_ids must be one sequence (batch 1), got shape {tuple(x.shape)}")
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise TypeError(f"source_ids must be integer token ids, got a {x.dtype} tensor")
+        x = x.reshape(1, -1).long()
+    else:
+        ids = list(source_ids)
+        if any(isinstance(i, list | tuple) or getattr(i, "ndim", 0) > 0 for i in ids):
+            raise ValueError("source_ids must be one sequence of ids (batch 1), got a nested sequence")
+        bad = [i for i in ids if not isinstance(i, numbers.Integral) or isinstance(i, bool)]
+        if bad:
+            raise TypeError(f"source_ids must be integer token ids, got {bad[0]!r}")
+        x = torch.tensor([ids], dtype=torch.long)  # (1, S)
+    if x.shape[1] == 0:
+        raise ValueError("source_ids is empty")
+    lo, hi = x.min().item(), x.max().item()
+    if lo < 0 or hi >= vocab:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"source_ids must lie in [0, {vocab}) (the tokenizer's vocabulary), got {bad}")
+    return x
+
+
 def check_pair(s: LM, lg: LM) -> None:
+    """s and lg fit together as BiLD's small and large model: one vocabulary, one architecture
+    kind. Remembered on s (s.partners), so decoders check every call at no cost."""
+    if lg in s.partners:
+        return
     check_same_vocab(s.tok, lg.tok, s.name, lg.name)
     if s.is_encoder_decoder != lg.is_encoder_decoder:
         raise ValueError(f"{s.name} and {lg.name}: one is an encoder-decoder, the other decoder-only")
     s.width = lg.width = min(s.width, lg.width)  # padded embedding rows past the tokenizer never win
+    s.partners.add(lg)

@@ -1,0 +1,218 @@
+"""Results that cannot lie (issue 13): one process computes each configuration, each result
+records the machine's load, the cache key knows the data, and bad input fails before anything
+runs. The harness runs a paper preset's plumbing on tiny models (conftest: mirror, env)."""
+
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from bildlib import experiments as X
+from bildlib import presets
+from bildlib.experiments import busy, measure
+from conftest import PRESET, REPO, sentences
+
+NAN = math.nan
+
+
+# --- 1. concurrent runs are serialised; load is recorded and warned about -----------------------
+
+SWEEP = """
+import dataclasses, json, os, sys, time
+from pathlib import Path
+from bildlib import data, presets
+from bildlib import experiments as X
+from bildlib.experiments import measure
+
+P = "{preset}"
+presets.PRESETS[P] = dataclasses.replace(presets.PRESETS[P], max_new_tokens=10)
+pairs = json.loads(os.environ["PAIRS"])
+task = data.Task("iwslt2017", "translation", "de", "en")
+data.load = lambda name, split="val", n=None: data.Split(task, split, pairs[:n])
+real, log = measure.decode, Path(os.environ["LOG"])
+
+def logged(config, *a, **k):  # every decode, warm-up included, one line per call
+    with open(log, "a") as f:
+        f.write(config.label + "\\n")
+    time.sleep(0.05)  # long enough that the two sweeps overlap
+    return real(config, *a, **k)
+
+measure.decode = logged
+ready = Path(os.environ["READY"])
+(ready / sys.argv[1]).touch()
+while len(list(ready.iterdir())) < 2:  # start together
+    time.sleep(0.01)
+df = X.sweep(P, [X.bild("small", 0.5, 1.0)], n_examples=4, baseline_repeats=1, results=os.environ["RESULTS"],
+             progress=False)
+df.drop(columns=["output_ids"]).to_json(sys.argv[1] + ".json")
+"""
+
+
+def test_two_concurrent_sweeps_compute_each_configuration_once(env, mirror, tmp_path):
+    pairs = list(zip(sentences(12, 0), sentences(12, 1), strict=True))
+    (tmp_path / "ready").mkdir()
+    run_env = os.environ | {
+        "BILD_MODELS": str(mirror), "PAIRS": json.dumps(pairs), "LOG": str(tmp_path / "log"),
+        "READY": str(tmp_path / "ready"), "RESULTS": str(env), "PYTHONPATH": str(REPO),
+    }  # fmt: skip
+    code = SWEEP.format(preset=PRESET)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, name], cwd=tmp_path, env=run_env, stderr=subprocess.PIPE
+        )
+        for name in ("a", "b")
+    ]
+    errs = [p.communicate(timeout=600)[1].decode() for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs
+    calls = (tmp_path / "log").read_text().split()
+    labels = ["vanilla-large", "vanilla-small", "bild-small-fb0.5-rb1.0"]
+    assert {lab: calls.count(lab) for lab in labels} == {lab: 2 + 4 for lab in labels}  # warm-up + 4, once
+    assert "waiting for another process" in "".join(errs)
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
+    assert a == b  # the second sweep read the first one's files: the same latencies
+
+
+def test_each_result_records_the_load_it_ran_under(env):
+    df = X.run(PRESET, X.vanilla("small"), n_examples=5, results=env, progress=False, flush_every=2)
+    load = df.attrs["load"]
+    assert load["threads"] == 2 and load["cpus"] == busy.cpus()
+    (seg,) = load["segments"]
+    assert seg["examples"] == [0, 5] and seg["wall_s"] > 0 and seg["cpu_s"] > 0
+    assert seg["load_start"] >= 0 and seg["load_end"] >= 0
+
+
+def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
+    grid = [X.bild("small", 0.5, 1.0)]
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", busy.BusyMachineWarning)
+        quiet = X.sweep(PRESET, grid, n_examples=3, results=env / "idle", baseline_repeats=1, progress=False)
+    assert not quiet["busy"].any()
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    with pytest.warns(
+        busy.BusyMachineWarning, match="3 configuration.*bild-small-fb0.5-rb1.0 .other processes"
+    ):
+        df = X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
+    assert df["busy"].all()
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # a cache hit keeps its record
+    with pytest.warns(busy.BusyMachineWarning):
+        X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
+
+
+def test_busy_means_more_runnable_threads_than_cpus():
+    def load(cpus, threads, at, own):
+        return {"cpus": cpus, "threads": threads,
+                "segments": [{"load_start": at, "load_end": at, "cpu_s": own, "wall_s": 1.0}]}  # fmt: skip
+
+    assert busy.busy(load(2, 2, 1.9, 1.7)) is None  # alone: the load is its own
+    assert busy.busy(load(2, 2, 3.6, 1.2))  # a second sweep beside it
+    assert busy.busy(load(2, 1, 2.0, 1.0)) is None  # one thread left a CPU to the other process
+    assert busy.busy(load(16, 2, 5.0, 2.0)) is None and busy.busy(load(16, 2, 17.0, 2.0))
+
+
+# --- 2. the cache key knows the examples -------------------------------------------------------
+
+
+def test_a_changed_reference_file_changes_the_key(multi30k_dir, tmp_path, monkeypatch):
+    data_dir = tmp_path / "data"
+    shutil.copytree(multi30k_dir, data_dir / "multi30k", ignore=shutil.ignore_patterns("train*"))
+    monkeypatch.setenv("BILD_DATA_DIR", str(data_dir))
+    ref = data_dir / "multi30k" / "val.en.gz"
+    lines = gzip.decompress(ref.read_bytes()).decode().splitlines()
+
+    def key():
+        return X.plan("multi30k", X.vanilla("large"), n_examples=5, results=tmp_path / "res").key
+
+    before = key()
+    for i, changed in ((99, True), (2, False)):  # line 100 is past the 5 examples; line 3 is used
+        lines[i] += " (edited)"
+        ref.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+        assert (key() == before) is changed
+    assert X.plan("multi30k", X.vanilla("large"), n_examples=6, results=tmp_path / "res").key != key()
+
+
+# --- 3-6. decoders: see test_decoding (batch input, ids, vocabularies); thresholds here ---------
+
+
+def test_nan_is_refused_wherever_a_number_is_checked():
+    with pytest.raises(ValueError, match="fallback"):
+        X.bild_grid(PRESET, fallbacks=[0.5, NAN])  # papermill -y '{fallbacks: [.nan]}'
+    with pytest.raises(ValueError, match="rollback"):
+        X.bild_grid(PRESET, rollbacks=[NAN])
+    with pytest.raises(ValueError, match="rollback"):
+        X.bild("aligned", None, NAN, window=3)
+    with pytest.raises(ValueError, match="threshold"):
+        X.Config("oracle", "small", threshold=NAN)
+    with pytest.raises(ValueError, match="window"):
+        X.Config("speculative", "small", window=NAN)
+    with pytest.raises(ValueError, match="temperature"):
+        X.Config("vanilla", "small", temperature=NAN)
+    with pytest.raises(ValueError, match="top_p"):
+        X.Config("vanilla", "small", temperature=1.0, top_p=NAN)
+
+
+def test_a_grid_without_configurations_is_an_error(env):
+    for kw, what in [
+        ({"verify_end": []}, "verify_end"),
+        ({"models": ()}, "models"),
+        ({"fallbacks": []}, "fallbacks"),
+    ]:
+        with pytest.raises(ValueError, match=f"grid is empty: {what}"):
+            X.bild_grid(PRESET, **kw)
+    with pytest.raises(ValueError, match="configs is empty"):
+        X.sweep(PRESET, [], results=env)
+
+
+# --- 7, 9. a sweep is checked before its first example runs ------------------------------------
+
+
+@pytest.fixture
+def no_decoding(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("decoded before the sweep's input was checked")
+
+    monkeypatch.setattr(measure, "decode", fail)
+
+
+def test_a_sweep_checks_everything_before_the_first_example(env, no_decoding):
+    good = X.bild("small", 0.5, 1.0)
+    with pytest.raises(TypeError, match="must hold experiments.Config objects"):
+        X.sweep(PRESET, [good, {"method": "bild"}], n_examples=3, results=env)
+    for n in ("abc", 2.5, 0):
+        with pytest.raises(ValueError, match="n_examples must be an integer >= 1"):
+            X.sweep(PRESET, [good], n_examples=n, results=env)
+    with pytest.raises(ValueError, match="n_examples=50 but"):
+        X.sweep(PRESET, [good], n_examples=50, results=env)
+    with pytest.raises(ValueError, match="threads"):
+        X.sweep(PRESET, [good], n_examples=3, results=env, threads=0)
+
+
+def test_an_unwritable_results_folder_fails_before_decoding(env, no_decoding, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    for results in (blocked / "results", blocked):
+        with pytest.raises(OSError, match="not writable"):
+            X.sweep(PRESET, [X.bild("small", 0.5, 1.0)], n_examples=3, results=results, progress=False)
+        with pytest.raises(OSError, match="not writable"):
+            X.run(PRESET, X.vanilla("small"), n_examples=3, results=results, progress=False)
+
+
+def test_a_finished_cache_needs_no_write_access(env, monkeypatch):
+    grid = [X.bild("small", 0.5, 1.0)]
+    df = X.sweep(PRESET, grid, n_examples=3, results=env, baseline_repeats=1, progress=False)
+    monkeypatch.setattr("bildlib.experiments.cache.check_writable", lambda d: pytest.fail(f"checked {d}"))
+    again = X.sweep(PRESET, grid, n_examples=3, results=env, baseline_repeats=1, progress=False)
+    assert list(again["output"]) == list(df["output"])
+
+
+def test_planning_a_run_loads_no_model(env):
+    """Keys come from the weights' hash and stored dtype, so checking a sweep costs no loading."""
+    models = X.Models(presets.get(PRESET))
+    job = X.plan(PRESET, X.bild("aligned", 0.5, 1.0), n_examples=3, results=env, models=models)
+    assert job.cached() is None and not models._lm
