@@ -9,19 +9,22 @@ import pandas as pd
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: score, mean latency, speedup and normalized latency against
-    vanilla large (mean over its repeats), and the fallback / rollback / large-token rates."""
+    vanilla large (mean over its repeats), the fallback / rollback / large-token rates, and
+    whether it was timed on a busy machine (experiments.busy; False for older results)."""
     base = df[(df["method"] == "vanilla") & (df["model"] == "large")]
     if base.empty:
         raise ValueError("no vanilla-large rows: run the sweep with its baseline")
     per_repeat = base.groupby("repeat")["latency_s"].mean()
     ref = per_repeat.mean()
-    g = (df if "verify_end" in df else df.assign(verify_end=None)).groupby("label", sort=False)
+    df = df if "verify_end" in df else df.assign(verify_end=None)
+    g = (df if "busy" in df else df.assign(busy=False)).groupby("label", sort=False)
     s = g.agg(
         method=("method", "first"), model=("model", "first"), fallback=("fallback", "first"),
         rollback=("rollback", "first"), window=("window", "first"), threshold=("threshold", "first"),
         repeat=("repeat", "first"), score=("score", "first"), latency_s=("latency_s", "mean"),
         tokens=("tokens", "sum"), fallbacks=("fallbacks", "sum"), rollbacks=("rollbacks", "sum"),
         large_tokens=("large_tokens", "sum"), n=("id", "count"), verify_end=("verify_end", "first"),
+        busy=("busy", "any"),
     )  # fmt: skip
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN

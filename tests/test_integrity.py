@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 
+from bildlib import analysis as A
 from bildlib import experiments as X
 from bildlib import presets
 from bildlib.experiments import busy, measure
@@ -27,6 +28,7 @@ SWEEP = """
 import dataclasses, json, os, sys, time
 from pathlib import Path
 from bildlib import data, presets
+from bildlib import analysis as A
 from bildlib import experiments as X
 from bildlib.experiments import measure
 
@@ -99,7 +101,8 @@ def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
         busy.BusyMachineWarning, match="3 configuration.*bild-small-fb0.5-rb1.0 .other processes"
     ):
         df = X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
-    assert df["busy"].all()
+    assert df["busy"].all() and A.summarize(df)["busy"].all()  # the figures' CSVs carry it
+    assert not A.summarize(quiet.drop(columns="busy"))["busy"].any()  # results without the column
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # a cache hit keeps its record
     with pytest.warns(busy.BusyMachineWarning):
         X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
