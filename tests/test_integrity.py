@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -91,6 +92,7 @@ def test_each_result_records_the_load_it_ran_under(env):
 
 def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
     grid = [X.bild("small", 0.5, 1.0)]
+    monkeypatch.setattr(busy, "run_queue_wait", lambda: None)  # as where the kernel does not say
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("error", busy.BusyMachineWarning)
@@ -98,7 +100,7 @@ def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
     assert not quiet["busy"].any()
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
     with pytest.warns(
-        busy.BusyMachineWarning, match="3 configuration.*bild-small-fb0.5-rb1.0 .other processes"
+        busy.BusyMachineWarning, match="3 configuration.*bild-small-fb0.5-rb1.0 .load average 9.0"
     ):
         df = X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
     assert df["busy"].all() and A.summarize(df)["busy"].all()  # the figures' CSVs carry it
@@ -108,15 +110,38 @@ def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
         X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
 
 
-def test_busy_means_more_runnable_threads_than_cpus():
-    def load(cpus, threads, at, own):
-        return {"cpus": cpus, "threads": threads,
-                "segments": [{"load_start": at, "load_end": at, "cpu_s": own, "wall_s": 1.0}]}  # fmt: skip
+def test_busy_means_waiting_for_a_cpu():
+    def load(at, wait, cpus=2):
+        seg = {"load_start": at, "load_end": at, "cpu_s": 1.9, "wall_s": 1.0, "wait_s": wait}
+        return {"cpus": cpus, "threads": 2, "segments": [seg]}
 
-    assert busy.busy(load(2, 2, 1.9, 1.7)) is None  # alone: the load is its own
-    assert busy.busy(load(2, 2, 3.6, 1.2))  # a second sweep beside it
-    assert busy.busy(load(2, 1, 2.0, 1.0)) is None  # one thread left a CPU to the other process
-    assert busy.busy(load(16, 2, 5.0, 2.0)) is None and busy.busy(load(16, 2, 17.0, 2.0))
+    assert busy.busy(load(1.9, 0.01)) is None  # alone: the load is its own, hardly any wait
+    assert "waited for a CPU 75%" in busy.busy(load(1.3, 0.75))  # the load average lags; the wait does not
+    assert busy.busy(load(9.0, 0.0)) is None  # the wait, where reported, decides
+    assert busy.busy(load(2.4, None)) is None and "load average 2.6" in busy.busy(load(2.6, None))
+    assert busy.busy(load(5.0, None, cpus=16)) is None
+
+
+@pytest.mark.skipif(busy.run_queue_wait() is None, reason="the kernel reports no run-queue wait")
+def test_the_run_queue_wait_sees_a_competing_process():
+    """This thread and a CPU-bound process pinned to one CPU: the thread waits for it a good part
+    of the time (alone it hardly waits). The kernel's behaviour the busy warning relies on."""
+    cpu, mine = min(os.sched_getaffinity(0)), os.sched_getaffinity(0)
+    burn = "import time\nt = time.time()\nwhile time.time() - t < 4: pass"
+    other = subprocess.Popen([sys.executable, "-c", burn], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    os.sched_setaffinity(0, {cpu})  # this thread only
+    try:
+        time.sleep(0.5)  # the other process is up
+        m = busy.Meter(0)
+        t = time.perf_counter()
+        while time.perf_counter() - t < 1.0:
+            pass
+        seg = m.segment(1)
+    finally:
+        os.sched_setaffinity(0, mine)
+        other.kill()
+        other.wait()
+    assert seg["wait_s"] / seg["wall_s"] > busy.WAIT
 
 
 # --- 2. the cache key knows the examples -------------------------------------------------------
