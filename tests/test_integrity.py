@@ -116,7 +116,7 @@ def test_busy_means_waiting_for_a_cpu():
         return {"cpus": cpus, "threads": 2, "segments": [seg]}
 
     assert busy.busy(load(1.9, 0.01)) is None  # alone: the load is its own, hardly any wait
-    assert "waited for a CPU 75%" in busy.busy(load(1.3, 0.75))  # the load average lags; the wait does not
+    assert "waited for a CPU 38%" in busy.busy(load(1.3, 0.38))  # the load average lags; the wait does not
     assert busy.busy(load(9.0, 0.0)) is None  # the wait, where reported, decides
     assert busy.busy(load(2.4, None)) is None and "load average 2.6" in busy.busy(load(2.6, None))
     assert busy.busy(load(5.0, None, cpus=16)) is None

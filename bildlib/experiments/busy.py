@@ -3,15 +3,18 @@ timing taken under contention can be told from a clean one (README, Experiments)
 
 A segment is one uninterrupted stretch of a configuration's timed examples (a resumed run has
 several). It records the 1-minute load average (os.getloadavg) at its start and end, this
-process's CPU time, the wall time and, where Linux reports it (/proc/<pid>/task/*/schedstat),
-the run-queue wait: the seconds this process's threads were ready to run but had no CPU.
+process's CPU time, the wall time and, where Linux reports it (/proc/thread-self/schedstat),
+the run-queue wait of the decoding thread: the seconds it was ready to run but had no CPU.
 
-That wait is the contention itself, without the load average's one-minute lag: a lone decode
-on 2 threads waited 0.1-1 % of its wall time on a 2-CPU machine, the same decode beside one
-CPU-bound process 73-77 % (and ran 4.4x slower), while the load average moved from 1.06 to 1.36.
-So a configuration counts as timed on a busy machine when its threads waited for a CPU more
-than WAIT of the wall time; where no wait is reported, when the load average at either end of a
-segment exceeded the CPUs by more than SLACK (more runnable threads than CPUs).
+That wait is the contention itself, without the load average's one-minute lag. Measured on the
+2-CPU development machine, 12 val sentences at 2 threads (vanilla large, vanilla small, BiLD):
+alone, the decoding thread waited 0.0-0.1 % of the wall time in a plain process and 0.4-1.0 %
+in a papermill kernel; beside one CPU-bound process 33-38 % (plain) and 49 % (papermill), while
+vanilla large ran 3.3x and 12x slower and the load average moved from 1.06 to 1.36. (The sum
+over all the process's threads is no use: a kernel's message threads wait 4-7 % of the time on
+their own.) So a configuration counts as timed on a busy machine when its decoding thread
+waited for a CPU more than WAIT of the wall time; where no wait is reported, when the load
+average at either end of a segment exceeded the CPUs by more than SLACK.
 """
 
 from __future__ import annotations
@@ -34,20 +37,17 @@ def cpus() -> int:
 
 
 def run_queue_wait() -> float | None:
-    """Seconds this process's threads have spent runnable but without a CPU (Linux schedstat's
-    second field, summed over threads); None where the kernel does not report it."""
-    total, seen = 0, False
-    for f in Path(f"/proc/{os.getpid()}/task").glob("*/schedstat"):
-        try:
-            total += int(f.read_text().split()[1])
-            seen = True
-        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
-            pass
-    return total / 1e9 if seen else None
+    """Seconds the calling thread has spent runnable but without a CPU (the second field of
+    Linux's schedstat); None where the kernel does not report it."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class Meter:
-    """Started at the first timed example of a segment; segment() reads it at any later point."""
+    """Started at the first timed example of a segment by the thread that decodes; segment()
+    reads it from the same thread at any later point."""
 
     def __init__(self, first: int):
         self.first, self.load0, self.wait0 = first, os.getloadavg()[0], run_queue_wait()
@@ -73,7 +73,7 @@ def busy(load: dict) -> str | None:
         if s.get("wait_s") is not None:
             if s["wall_s"] > 0 and s["wait_s"] / s["wall_s"] > WAIT:
                 pct = 100 * s["wait_s"] / s["wall_s"]
-                return f"its threads waited for a CPU {pct:.0f}% of the time, on {load['cpus']} CPUs"
+                return f"the decoding thread waited for a CPU {pct:.0f}% of the time, on {load['cpus']} CPUs"
         elif max(s["load_start"], s["load_end"]) > load["cpus"] + SLACK:
             top = max(s["load_start"], s["load_end"])
             return f"load average {top:.1f} on {load['cpus']} CPUs"
