@@ -123,3 +123,26 @@ def thresholds_of(table: pd.DataFrame, model: str, regime: str) -> tuple[float, 
     if pd.isna(row.get("fallback")):
         raise ValueError(f"no {model} configuration reaches the {regime!r} regime in this sweep")
     return float(row["fallback"]), float(row["rollback"])
+
+
+def best_quality(s: pd.DataFrame, model: str) -> str:
+    """The label of the highest-scoring BiLD configuration with small model `model` in a
+    summarize() table (the faster one on a tie)."""
+    b = s[(s["method"] == "bild") & (s["model"] == model)]
+    if b.empty:
+        raise ValueError(f"no BiLD configuration with the {model} small model in this sweep")
+    return str(b.sort_values(["score", "speedup"], ascending=False)["label"].iloc[0])
+
+
+def per_example(df: pd.DataFrame, label: str) -> pd.DataFrame:
+    """arXiv v1 Fig. 6: one row per example with vanilla large's latency (mean over its repeats in
+    the sweep), `label`'s latency, and whether `label` was slower on it."""
+    base = df[(df["method"] == "vanilla") & (df["model"] == "large") & (df["temperature"] == 0)]
+    run = df[df["label"] == label]
+    if base.empty or run.empty:
+        raise ValueError(f"per_example needs vanilla-large rows and rows labelled {label!r}")
+    out = pd.DataFrame(
+        {"vanilla_s": base.groupby("id")["latency_s"].mean(), "bild_s": run.set_index("id")["latency_s"]}
+    ).dropna()
+    out["slower"] = out["bild_s"] > out["vanilla_s"]
+    return out.rename_axis("id").reset_index()

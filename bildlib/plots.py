@@ -124,6 +124,20 @@ def fig10(s: pd.DataFrame, model: str = "aligned", title: str = "") -> plt.Figur
     return fig
 
 
+def latency_scatter(e: pd.DataFrame, title: str = "") -> plt.Figure:
+    """arXiv v1 Fig. 6: per-example latency of vanilla large (x) against BiLD's (y), with the
+    diagonal; points above it are examples BiLD made slower. e: analysis.per_example."""
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ms = 1e3 * e[["vanilla_s", "bild_s"]]
+    ax.scatter(ms["vanilla_s"], ms["bild_s"], s=10, c=e["slower"].map({True: "C3", False: "C0"}))
+    top = float(ms.max().max()) * 1.05
+    ax.plot([0, top], [0, top], "k--", lw=0.8, label="equal latency")
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel="vanilla large latency (ms)", ylabel="BiLD latency (ms)")
+    ax.set_title(title or f"{100 * e['slower'].mean():.1f}% of examples slower with BiLD")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
 def example_html(rows: list[dict]) -> str:
     """Fig 9: reference, large, small and BiLD outputs; BiLD's large-model tokens highlighted.
     rows: dicts with source, reference, large, small, bild_tokens [(text, 'S'|'L')]."""

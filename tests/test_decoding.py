@@ -538,6 +538,19 @@ def test_shipped_pair_properties(shipped):
     assert rollbacks > 0
 
 
+def test_shipped_greedy_speculative_is_vanilla_large(shipped):
+    """Paper Table 3's baseline check: greedy speculative decoding is lossless, token for token,
+    at every window of the notebook's sweep (20 val sentences)."""
+    small, large, srcs = shipped
+    drafts_rejected = 0
+    for src in srcs[:20]:
+        for w in (3, 6, 10):
+            out, tr = D.speculative_sampling(small, large, src, window=w, max_new_tokens=64)
+            assert out == greedy(large, src, 64)
+            drafts_rejected += tr.rollbacks
+    assert drafts_rejected > 0  # the small model's drafts were wrong somewhere: the check did something
+
+
 def test_shipped_pair_authors_rules(shipped):
     small, large, srcs = shipped
     check_authors_rules(small, large, srcs, [(0.5, 1.0)], 64, differs=False)  # same on these 50

@@ -249,3 +249,22 @@ def test_cache_key_covers_the_code_that_decides_outputs(tmp_path):
         before = cache.code_version(tmp_path)
         (tmp_path / f).write_text((tmp_path / f).read_text() + "\n# an edit\n")
         assert cache.code_version(tmp_path) != before, f
+
+
+def test_per_example_latency_and_best_quality():
+    rows = [("vanilla-large", "vanilla", "large", 0, i, lat) for i, lat in enumerate([1.0, 2.0, 3.0])]
+    rows += [("vanilla-large#1", "vanilla", "large", 1, i, lat) for i, lat in enumerate([3.0, 2.0, 1.0])]
+    rows += [("b", "bild", "aligned", 0, i, lat) for i, lat in enumerate([1.0, 2.5, 0.5])]
+    df = pd.DataFrame(rows, columns=["label", "method", "model", "repeat", "id", "latency_s"])
+    e = A.per_example(df.assign(temperature=0.0), "b")
+    assert list(e["vanilla_s"]) == [2.0, 2.0, 2.0] and list(e["slower"]) == [False, True, False]
+    with pytest.raises(ValueError, match="rows labelled 'nope'"):
+        A.per_example(df.assign(temperature=0.0), "nope")
+    s = pd.DataFrame(
+        {"label": ["x", "y", "z", "v"], "method": ["bild", "bild", "bild", "vanilla"],
+         "model": ["aligned", "aligned", "small", "large"], "score": [30.0, 30.0, 31.0, 32.0],
+         "speedup": [1.2, 1.5, 2.0, 1.0]}
+    )  # fmt: skip
+    assert A.best_quality(s, "aligned") == "y" and A.best_quality(s, "small") == "z"
+    with pytest.raises(ValueError, match="no BiLD configuration"):
+        A.best_quality(s[s["model"] != "small"], "small")

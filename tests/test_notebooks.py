@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10"]
+NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -57,6 +57,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "fig5": grid | {"windows": [3]},
         "fig2": {"thresholds": [0.0, 0.5]},
         "fig9": {"fallback": 0.6, "rollback": 2.0, "n_shown": 1},
+        "latency_scatter": grid,  # fig4's rows, cached
     }
     for name in NOTEBOOKS:
         papermill.execute_notebook(
@@ -68,7 +69,10 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         )
         assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000
         assert (tmp_path / "fig" / f"{name}.pdf").is_file()
-        if name != "fig9":  # fig9 shows text; the others save the plotted summary
+        if name == "latency_scatter":  # one row per example: vanilla large against BiLD
+            e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
+            assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()
+        elif name != "fig9":  # fig9 shows text; the others save the plotted summary
             s = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert {"label", "score", "norm_latency", "speedup", "fallback_pct", "large_pct"} <= set(
                 s.columns
