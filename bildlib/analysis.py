@@ -17,14 +17,16 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     per_repeat = base.groupby("repeat")["latency_s"].mean()
     ref = per_repeat.mean()
     df = df if "verify_end" in df else df.assign(verify_end=None)
-    g = (df if "busy" in df else df.assign(busy=False)).groupby("label", sort=False)
+    df = df if "busy" in df else df.assign(busy=False)
+    df = df.assign(**{c: 0 for c in ("drafted", "discarded") if c not in df})  # older or synthetic rows
+    g = df.groupby("label", sort=False)
     s = g.agg(
         method=("method", "first"), model=("model", "first"), fallback=("fallback", "first"),
         rollback=("rollback", "first"), window=("window", "first"), threshold=("threshold", "first"),
         repeat=("repeat", "first"), score=("score", "first"), latency_s=("latency_s", "mean"),
         tokens=("tokens", "sum"), fallbacks=("fallbacks", "sum"), rollbacks=("rollbacks", "sum"),
         large_tokens=("large_tokens", "sum"), n=("id", "count"), verify_end=("verify_end", "first"),
-        busy=("busy", "any"),
+        busy=("busy", "any"), drafted=("drafted", "sum"), discarded=("discarded", "sum"),
     )  # fmt: skip
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
@@ -34,6 +36,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     s["fallback_pct"] = 100 * s["fallbacks"] / s["tokens"]
     s["rollback_pct"] = 100 * s["rollbacks"] / s["tokens"]
     s["large_pct"] = 100 * s["large_tokens"] / s["tokens"]
+    s["rejected_pct"] = 100 * s["discarded"] / s["drafted"].where(s["drafted"] > 0)  # of drafted tokens
     s.attrs = dict(df.attrs) | {
         "baseline_latency_s": float(ref),
         "baseline_spread_pct": float(100 * (per_repeat.max() - per_repeat.min()) / ref),
@@ -146,3 +149,45 @@ def per_example(df: pd.DataFrame, label: str) -> pd.DataFrame:
     ).dropna()
     out["slower"] = out["bild_s"] > out["vanilla_s"]
     return out.rename_axis("id").reset_index()
+
+
+def same_outputs_pct(df: pd.DataFrame, label: str, other: str = "vanilla-large") -> float:
+    """The share of examples on which `label` wrote exactly `other`'s tokens (greedy speculative
+    decoding against vanilla large: 100 % when lossless)."""
+    a, b = (df[df["label"] == x].set_index("id")["output_ids"] for x in (label, other))
+    if a.empty or b.empty:
+        raise ValueError(f"same_outputs_pct needs rows labelled {label!r} and {other!r}")
+    return 100 * float(sum(list(a[i]) == list(b[i]) for i in a.index) / len(a))
+
+
+def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Paper Tables 3 and 4 from a summarize() table holding speculative sampling over windows
+    and BiLD (small model `model`) over a grid, on the same examples.
+    Table 3: vanilla large; speculative at its best window (highest speedup); BiLD "match
+    latency" (the best score at a normalized latency no higher than speculative's) and "match
+    score" (the best speedup at a score no lower than speculative's).
+    Table 4: speculative at its best window against BiLD at its best no-loss point (score within
+    0.2 of vanilla large), with fallback and rollback per output token (%), and the share of
+    drafted tokens discarded (%: speculative's rejected drafts; BiLD's fallbacks and rolled-back
+    tokens)."""
+    cols = ["label", "score", "speedup", "fallback_pct", "rollback_pct", "rejected_pct"]
+    van = s[(s["method"] == "vanilla") & (s["model"] == "large")]
+    spec = s[s["method"] == "speculative"]
+    b = s[(s["method"] == "bild") & (s["model"] == model)]
+    if van.empty or spec.empty or b.empty:
+        raise ValueError("speculative_tables needs vanilla-large, speculative and BiLD rows")
+    score = float(van["score"].mean())
+    sp = spec.loc[spec["speedup"].idxmax()]
+    t3 = [{"method": "Vanilla (large)", "label": "vanilla-large", "score": score, "speedup": 1.0}]
+    t3.append({"method": "Speculative (best window)"} | sp[cols].to_dict())
+    for name, ok, best in (
+        ("BiLD (match latency)", b["norm_latency"] <= sp["norm_latency"], "score"),
+        ("BiLD (match score)", b["score"] >= sp["score"], "speedup"),
+    ):
+        row = b[ok].loc[b[ok][best].idxmax()][cols].to_dict() if ok.any() else {}
+        t3.append({"method": name} | row)
+    no_loss = b[b["score"] >= score - 0.2]
+    t4 = [{"method": "Speculative (best window)"} | sp[cols].to_dict()]
+    t4.append({"method": "BiLD (no loss)"} | (no_loss.loc[no_loss["speedup"].idxmax()][cols].to_dict()
+                                              if not no_loss.empty else {}))  # fmt: skip
+    return pd.DataFrame(t3), pd.DataFrame(t4)

@@ -138,6 +138,23 @@ def latency_scatter(e: pd.DataFrame, title: str = "") -> plt.Figure:
     return fig
 
 
+def table3(summaries: dict[str, pd.DataFrame], title: str = "") -> plt.Figure:
+    """Paper Tables 3-4 as points: one panel per decoding mode ({mode: summarize()}), speculative
+    sampling per window (squares, labelled) against unaligned BiLD's grid and Pareto frontier."""
+    fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4), squeeze=False)
+    for ax, (mode, s) in zip(axes[0], summaries.items(), strict=True):
+        _frontier(ax, s[(s["method"] == "bild") & (s["model"] == "small")], "tab:blue", "BiLD (unaligned)")
+        sp = s[s["method"] == "speculative"].sort_values("window")
+        ax.plot(sp["norm_latency"], sp["score"], "s--", color="tab:green", ms=4, label="speculative")
+        for _, r in sp.iterrows():
+            ax.annotate(f"{r['window']:g}", (r["norm_latency"], r["score"]), fontsize=6, xytext=(2, 2),
+                        textcoords="offset points")  # fmt: skip
+        _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
+        ax.set_title(f"{title} {mode}".strip())
+        ax.legend(fontsize=7)
+    return fig
+
+
 def example_html(rows: list[dict]) -> str:
     """Fig 9: reference, large, small and BiLD outputs; BiLD's large-model tokens highlighted.
     rows: dicts with source, reference, large, small, bild_tokens [(text, 'S'|'L')]."""

@@ -268,3 +268,16 @@ def test_per_example_latency_and_best_quality():
     assert A.best_quality(s, "aligned") == "y" and A.best_quality(s, "small") == "z"
     with pytest.raises(ValueError, match="no BiLD configuration"):
         A.best_quality(s[s["model"] != "small"], "small")
+
+
+def test_sampled_speculative_and_sampled_baselines_are_reproducible(env):
+    smp = X.sampling_of("sampled", 1.0, 0.8, 3)
+    c = X.speculative("aligned", 3, smp)
+    a = X.run(PRESET, c, n_examples=5, results=env / "a", progress=False)
+    b = X.run(PRESET, c, n_examples=5, results=env / "b", progress=False, warmup=0)  # computed again
+    assert list(a["output_ids"].map(list)) == list(b["output_ids"].map(list))
+    df = X.sweep(PRESET, [c], n_examples=3, results=env, baseline_repeats=1, progress=False, sampling=smp)
+    assert set(df["label"]) == {"vanilla-large-T1-p0.8-s3", "vanilla-aligned-T1-p0.8-s3", c.label}
+    assert X.sampling_of("greedy", 1.0, 0.8, 3) is None
+    with pytest.raises(ValueError, match="mode must be one of greedy, sampled"):
+        X.sampling_of("beam", 1.0, 0.8, 3)

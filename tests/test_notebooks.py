@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter"]
+NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -58,6 +58,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "fig2": {"thresholds": [0.0, 0.5]},
         "fig9": {"fallback": 0.6, "rollback": 2.0, "n_shown": 1},
         "latency_scatter": grid,  # fig4's rows, cached
+        "table3": grid | {"windows": [3]},  # greedy and sampled
     }
     for name in NOTEBOOKS:
         papermill.execute_notebook(
@@ -67,9 +68,22 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             cwd=str(REPO),
             progress_bar=False,
         )
-        assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000
-        assert (tmp_path / "fig" / f"{name}.pdf").is_file()
-        if name == "latency_scatter":  # one row per example: vanilla large against BiLD
+        fig = f"{name}_points" if name == "table3" else name  # table3's CSVs are the tables
+        assert (tmp_path / "fig" / f"{fig}.png").stat().st_size > 1000
+        assert (tmp_path / "fig" / f"{fig}.pdf").is_file()
+        if name == "table3":
+            t3, t4 = (pd.read_csv(tmp_path / "fig" / f"table{i}.csv") for i in (3, 4))
+            assert list(t3["mode"]) == ["greedy"] * 4 + ["sampled"] * 4 and set(t4["mode"]) == {
+                "greedy",
+                "sampled",
+            }
+            spec = t3[t3["method"] == "Speculative (best window)"]
+            assert (
+                spec[["score", "speedup", "rejected_pct"]].notna().all().all() and (spec["speedup"] > 0).all()
+            )
+            greedy = t3[t3["mode"] == "greedy"].set_index("method")["score"]
+            assert greedy["Speculative (best window)"] == greedy["Vanilla (large)"]  # lossless
+        elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()
         elif name != "fig9":  # fig9 shows text; the others save the plotted summary

@@ -11,10 +11,10 @@ files, the lock), `busy` (the machine's load while a configuration ran), `runner
 """
 
 from bildlib.experiments.cache import RESULTS, code_version
-from bildlib.experiments.config import FIELDS, Config, bild, bild_grid, vanilla
+from bildlib.experiments.config import FIELDS, Config, bild, bild_grid, sampling_of, speculative, vanilla
 from bildlib.experiments.runner import Job, Models, execute, plan, run, sweep, with_checkpoints
 
 __all__ = [
     "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "code_version", "execute",
-    "plan", "run", "sweep", "vanilla", "with_checkpoints",
+    "plan", "run", "sampling_of", "speculative", "sweep", "vanilla", "with_checkpoints",
 ]  # fmt: skip

@@ -86,15 +86,43 @@ class Config:
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 
 
-def vanilla(model: str, repeat: int = 0) -> Config:
-    return Config("vanilla", model, repeat=repeat, max_small_steps=None)
+def _sampled(sampling: Sampling | None) -> dict:
+    """Config fields of a sampling setting (None: greedy)."""
+    if sampling is None:
+        return {}
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed}
+
+
+def vanilla(model: str, repeat: int = 0, sampling: Sampling | None = None) -> Config:
+    return Config("vanilla", model, repeat=repeat, max_small_steps=None, **_sampled(sampling))
 
 
 def bild(
-    model: str, fallback, rollback, window: int | None = None, verify_end: bool | None = None, rules="ours"
+    model: str,
+    fallback,
+    rollback,
+    window: int | None = None,
+    verify_end: bool | None = None,
+    rules="ours",
+    sampling: Sampling | None = None,
 ) -> Config:
     steps = None if window else 10  # the No-FB ablation's window replaces the step limit
-    return Config("bild", model, fallback, rollback, window, steps, verify_end=verify_end, rules=rules)
+    return Config(
+        "bild",
+        model,
+        fallback,
+        rollback,
+        window,
+        steps,
+        verify_end=verify_end,
+        rules=rules,
+        **_sampled(sampling),
+    )
+
+
+def speculative(model: str, window: int, sampling: Sampling | None = None) -> Config:
+    """Speculative sampling with `window` drafts per large call (greedy when sampling is None)."""
+    return Config("speculative", model, window=window, max_small_steps=None, **_sampled(sampling))
 
 
 def bild_grid(
@@ -104,6 +132,7 @@ def bild_grid(
     rollbacks=None,
     verify_end=(None,),
     rules: str = "ours",
+    sampling: Sampling | None = None,
 ) -> list[Config]:
     """BiLD over the preset's α_FB × α_RB grid, for each small model and each verify_end value
     (decoding.bild; None or False: Algorithm 1, which stops at the small model's EOS unchecked)."""
@@ -124,5 +153,19 @@ def bild_grid(
     if empty:  # an empty figure with rc 0 would look like a result
         raise ValueError(f"the BiLD grid is empty: {' and '.join(empty)} has no values")
     return [
-        bild(m, fb, rb, verify_end=v, rules=rules) for v in ends for m in models for fb in fbs for rb in rbs
+        bild(m, fb, rb, verify_end=v, rules=rules, sampling=sampling)
+        for v in ends
+        for m in models
+        for fb in fbs
+        for rb in rbs
     ]
+
+
+MODES = ("greedy", "sampled")
+
+
+def sampling_of(mode: str, temperature: float, top_p: float, seed: int) -> Sampling | None:
+    """The decoding of a notebook's mode: None for "greedy", nucleus sampling for "sampled"."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return Sampling(temperature, top_p, seed) if mode == "sampled" else None

@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bildlib import data, metrics, presets
+from bildlib.decoding import Sampling
 from bildlib.decoding.common import check_count
 from bildlib.evaluate import machine
 from bildlib.experiments import busy, cache, measure
@@ -213,22 +214,24 @@ def sweep(
     baseline_repeats: int = 3,
     progress: bool = True,
     flush_every: int = 20,
+    sampling: Sampling | None = None,
     **kw,
 ) -> pd.DataFrame:
     """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
     vanilla small/aligned; one DataFrame with a `label` column, the config's fields and `busy`.
     Every configuration is checked and keyed (plan) before the first example runs. Other
-    arguments as run. A configuration timed on a busy machine (experiments.busy) is named in a
-    BusyMachineWarning, and its rows have busy=True."""
+    arguments as run. sampling: the baselines' decoding (None: greedy; a sampled sweep compares
+    with vanilla decoding under the same sampling). A configuration timed on a busy machine
+    (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True."""
     check_count("baseline_repeats", baseline_repeats)
     configs = list(configs)
     if not configs:
         raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
     if bad := [c for c in configs if not isinstance(c, Config)]:
         raise TypeError(f"configs must hold experiments.Config objects, got {bad[0]!r}")
-    base = [vanilla("large", r) for r in range(baseline_repeats)]
+    base = [vanilla("large", r, sampling) for r in range(baseline_repeats)]
     smalls = sorted({c.model for c in configs if c.model != "large"})
-    todo = [base[0]] + [vanilla(m) for m in smalls] + configs
+    todo = [base[0]] + [vanilla(m, sampling=sampling) for m in smalls] + configs
     mid = len(todo) // 2
     todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
     p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
