@@ -7,18 +7,28 @@ from __future__ import annotations
 import pandas as pd
 
 
+def vanilla_large(frame: pd.DataFrame) -> pd.DataFrame:
+    """The vanilla-large rows of a sweep's rows or of a summarize() table: the baseline (a sweep's
+    baselines all decode as its `sampling` says)."""
+    return frame[(frame["method"] == "vanilla") & (frame["model"] == "large")]
+
+
+def _best(rows: pd.DataFrame, by: str) -> pd.Series | None:
+    """The row with the largest `by`, or None when there are no rows."""
+    return None if rows.empty else rows.loc[rows[by].idxmax()]
+
+
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: score, mean latency, speedup and normalized latency against
     vanilla large (mean over its repeats), the fallback / rollback / large-token rates, and
     whether it was timed on a busy machine (experiments.busy; False for older results)."""
-    base = df[(df["method"] == "vanilla") & (df["model"] == "large")]
+    base = vanilla_large(df)
     if base.empty:
         raise ValueError("no vanilla-large rows: run the sweep with its baseline")
     per_repeat = base.groupby("repeat")["latency_s"].mean()
     ref = per_repeat.mean()
-    df = df if "verify_end" in df else df.assign(verify_end=None)
-    df = df if "busy" in df else df.assign(busy=False)
-    df = df.assign(**{c: 0 for c in ("drafted", "discarded") if c not in df})  # older or synthetic rows
+    missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0}  # older or synthetic rows
+    df = df.assign(**{c: v for c, v in missing.items() if c not in df})
     g = df.groupby("label", sort=False)
     s = g.agg(
         method=("method", "first"), model=("model", "first"), fallback=("fallback", "first"),
@@ -63,16 +73,15 @@ def summary_table(s: pd.DataFrame, regimes=REGIMES) -> pd.DataFrame:
     """Paper Table 1 from summarize(): vanilla large's score, and for unaligned and aligned BiLD
     the best speedup whose score stays within 0.2 of vanilla ("no loss") and within 1 point (the
     paper's two regimes), and within 0.5 (this project's benchmark bar)."""
-    vanilla_score = float(s.loc[(s["method"] == "vanilla") & (s["model"] == "large"), "score"].mean())
+    vanilla_score = float(vanilla_large(s)["score"].mean())
     rows = [{"model": "Vanilla (large)", "regime": "", "score": vanilla_score, "speedup": 1.0}]
     for m, name in (("small", "BiLD (unaligned)"), ("aligned", "BiLD (aligned)")):
         b = s[(s["method"] == "bild") & (s["model"] == m) & s["fallback"].notna() & s["rollback"].notna()]
         for regime, tol in regimes:
-            ok = b[b["score"] >= vanilla_score - tol]
-            if ok.empty:
+            r = _best(b[b["score"] >= vanilla_score - tol], "speedup")
+            if r is None:
                 rows.append({"model": name, "regime": regime})
                 continue
-            r = ok.loc[ok["speedup"].idxmax()]
             rows.append(
                 {"model": name, "regime": regime, "score": r["score"], "speedup": r["speedup"]}
                 | {"fallback": r["fallback"], "rollback": r["rollback"], "verify_end": r["verify_end"]}
@@ -140,8 +149,7 @@ def best_quality(s: pd.DataFrame, model: str) -> str:
 def per_example(df: pd.DataFrame, label: str) -> pd.DataFrame:
     """arXiv v1 Fig. 6: one row per example with vanilla large's latency (mean over its repeats in
     the sweep), `label`'s latency, and whether `label` was slower on it."""
-    base = df[(df["method"] == "vanilla") & (df["model"] == "large") & (df["temperature"] == 0)]
-    run = df[df["label"] == label]
+    base, run = vanilla_large(df), df[df["label"] == label]
     if base.empty or run.empty:
         raise ValueError(f"per_example needs vanilla-large rows and rows labelled {label!r}")
     out = pd.DataFrame(
@@ -171,23 +179,22 @@ def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFr
     drafted tokens discarded (%: speculative's rejected drafts; BiLD's fallbacks and rolled-back
     tokens)."""
     cols = ["label", "score", "speedup", "fallback_pct", "rollback_pct", "rejected_pct"]
-    van = s[(s["method"] == "vanilla") & (s["model"] == "large")]
-    spec = s[s["method"] == "speculative"]
+    van, spec = vanilla_large(s), s[s["method"] == "speculative"]
     b = s[(s["method"] == "bild") & (s["model"] == model)]
     if van.empty or spec.empty or b.empty:
         raise ValueError("speculative_tables needs vanilla-large, speculative and BiLD rows")
     score = float(van["score"].mean())
-    sp = spec.loc[spec["speedup"].idxmax()]
-    t3 = [{"method": "Vanilla (large)", "label": "vanilla-large", "score": score, "speedup": 1.0}]
-    t3.append({"method": "Speculative (best window)"} | sp[cols].to_dict())
-    for name, ok, best in (
-        ("BiLD (match latency)", b["norm_latency"] <= sp["norm_latency"], "score"),
-        ("BiLD (match score)", b["score"] >= sp["score"], "speedup"),
-    ):
-        row = b[ok].loc[b[ok][best].idxmax()][cols].to_dict() if ok.any() else {}
-        t3.append({"method": name} | row)
-    no_loss = b[b["score"] >= score - 0.2]
-    t4 = [{"method": "Speculative (best window)"} | sp[cols].to_dict()]
-    t4.append({"method": "BiLD (no loss)"} | (no_loss.loc[no_loss["speedup"].idxmax()][cols].to_dict()
-                                              if not no_loss.empty else {}))  # fmt: skip
+    sp = _best(spec, "speedup")
+
+    def row(method: str, r: pd.Series | None) -> dict:
+        return {"method": method} | ({} if r is None else r[cols].to_dict())
+
+    speculative = row("Speculative (best window)", sp)
+    t3 = [
+        {"method": "Vanilla (large)", "label": "vanilla-large", "score": score, "speedup": 1.0},
+        speculative,
+    ]
+    t3.append(row("BiLD (match latency)", _best(b[b["norm_latency"] <= sp["norm_latency"]], "score")))
+    t3.append(row("BiLD (match score)", _best(b[b["score"] >= sp["score"]], "speedup")))
+    t4 = [speculative, row("BiLD (no loss)", _best(b[b["score"] >= score - 0.2], "speedup"))]
     return pd.DataFrame(t3), pd.DataFrame(t4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -18,9 +19,11 @@ PLACES = ("out_dir", "results_dir")
 TYPES = {"str": str, "int": int, "float": int | float, "bool": bool, "list": list, "dict": dict}
 
 
+@functools.cache
 def parameters(name: str) -> dict:
     """papermill's reading of notebooks/<name>.ipynb's parameters cell: {parameter: {name,
-    inferred_type_name, default, help}}."""
+    inferred_type_name, default, help}}; read once per process (check_parameters and outputs
+    both need it)."""
     import papermill
 
     return papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))

@@ -74,10 +74,10 @@ def busy(load: dict) -> str | None:
     record, {"threads", "cpus", "segments"}."""
     for s in load["segments"]:
         if s.get("wait_s") is not None:
-            if s["wall_s"] > 0 and s["wait_s"] / s["wall_s"] > WAIT:
-                pct = 100 * s["wait_s"] / s["wall_s"]
-                return f"the decoding thread waited for a CPU {pct:.0f}% of the time, on {load['cpus']} CPUs"
-        elif max(s["load_start"], s["load_end"]) > load["cpus"] + SLACK:
-            top = max(s["load_start"], s["load_end"])
+            waited = s["wait_s"] / s["wall_s"] if s["wall_s"] > 0 else 0.0
+            if waited > WAIT:
+                pct, n = 100 * waited, load["cpus"]
+                return f"the decoding thread waited for a CPU {pct:.0f}% of the time, on {n} CPUs"
+        elif (top := max(s["load_start"], s["load_end"])) > load["cpus"] + SLACK:
             return f"load average {top:.1f} on {load['cpus']} CPUs"
     return None
