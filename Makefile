@@ -31,7 +31,7 @@ test: lint
 
 # Notebooks run with papermill; executed copies go to build/notebooks (git-ignored), figures to
 # figures/ (a run with other parameters writes to build/figures/<run>/ unless given out_dir). Sweeps are cached in data/results, so fig9 and fig10 reuse fig4's.
-NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3
+NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8
 PAPERMILL = $(BIN)/papermill --cwd . $(PM_ARGS)
 fig4: $(STAMP)
 	@mkdir -p build/notebooks

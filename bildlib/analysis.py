@@ -198,3 +198,48 @@ def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFr
     t3.append(row("BiLD (match score)", _best(b[b["score"] >= sp["score"]], "speedup")))
     t4 = [speculative, row("BiLD (no loss)", _best(b[b["score"] >= score - 0.2], "speedup"))]
     return pd.DataFrame(t3), pd.DataFrame(t4)
+
+
+NUCLEUS_REGIMES = (("better score", 0.0), ("about the same", 0.2), ("≈ 1 point lower", 1.0))
+
+
+def over_seeds(summaries: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """One row per configuration of sampled sweeps run once per seed (summarize() tables keyed
+    by seed, each against its own seed's vanilla large): mean and sample standard deviation over
+    the seeds of score and speedup, mean fallback and rollback per output token (%)."""
+    if len(summaries) < 2:
+        raise ValueError(f"over_seeds needs the sweeps of at least 2 seeds, got {len(summaries)}")
+    keys = ["method", "model", "fallback", "rollback", "window"]
+    s = pd.concat([t.assign(seed=seed) for seed, t in summaries.items()], ignore_index=True)
+    s = s[~s["label"].str.contains("#")]  # vanilla large's repeats: one row per seed
+    s["config"] = s["label"].str.replace(r"-s\d+$", "", regex=True)  # the label without its seed
+    g = s.groupby(keys + ["config"], dropna=False, sort=False)
+    out = g.agg(
+        score_mean=("score", "mean"), score_std=("score", "std"), speedup_mean=("speedup", "mean"),
+        speedup_std=("speedup", "std"), fallback_pct=("fallback_pct", "mean"),
+        rollback_pct=("rollback_pct", "mean"), seeds=("seed", "nunique"),
+    ).reset_index()  # fmt: skip
+    if (out["seeds"] != len(summaries)).any():
+        bad = out.loc[out["seeds"] != len(summaries), "config"].tolist()
+        raise ValueError(f"configurations missing from some seeds' sweeps: {bad}")
+    return out
+
+
+def nucleus_table(agg: pd.DataFrame, model: str = "aligned", regimes=NUCLEUS_REGIMES) -> pd.DataFrame:
+    """Paper Table 5 from over_seeds(): vanilla large, and BiLD (small model `model`) at the
+    paper's three points, each the highest mean speedup whose mean score is above vanilla's
+    ("better score"), within 0.2 below it ("about the same") or within 1 point below it."""
+    van = vanilla_large(agg)
+    b = agg[(agg["method"] == "bild") & (agg["model"] == model)]
+    if van.empty or b.empty:
+        raise ValueError(f"nucleus_table needs vanilla-large rows and BiLD rows with the {model} model")
+    v = van.iloc[0]
+    cols = ["config", "fallback", "rollback", "score_mean", "score_std", "speedup_mean", "speedup_std"]
+    cols += ["fallback_pct", "rollback_pct", "seeds"]
+    rows = [{"row": "Vanilla (large)"} | v[cols].to_dict() | {"speedup_mean": 1.0, "speedup_std": 0.0}]
+    for name, tol in regimes:
+        low = v["score_mean"] - tol - 1e-9  # 1e-9: a mean exactly tol below is within
+        ok = b["score_mean"] > v["score_mean"] if tol == 0 else b["score_mean"] >= low
+        r = _best(b[ok], "speedup_mean")
+        rows.append({"row": f"BiLD ({name})"} | ({} if r is None else r[cols].to_dict()))
+    return pd.DataFrame(rows)

@@ -155,6 +155,58 @@ def table3(summaries: dict[str, pd.DataFrame], title: str = "") -> plt.Figure:
     return fig
 
 
+def table5(agg: pd.DataFrame, table: pd.DataFrame, title: str = "", metric: str = "bleu") -> plt.Figure:
+    """Table 5 as a figure: every BiLD configuration's mean score against mean speedup over the
+    seeds, with one-standard-deviation bars; vanilla large's mean and band; the table's rows ringed."""
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    van = table.iloc[0]
+    m, sd = van["score_mean"], van["score_std"]
+    ax.axhspan(m - sd, m + sd, color="gray", alpha=0.15, lw=0)
+    ax.axhline(m, color="gray", lw=0.8, ls="--", label=f"vanilla large ({m:.2f} ± {sd:.2f})")
+    b = agg[agg["method"] == "bild"]
+    ax.errorbar(b["speedup_mean"], b["score_mean"], xerr=b["speedup_std"], yerr=b["score_std"], fmt="o",
+                ms=3, color="tab:blue", alpha=0.6, lw=0.7, label="BiLD configurations")  # fmt: skip
+    chosen = table.iloc[1:].dropna(subset=["score_mean"])
+    ax.scatter(chosen["speedup_mean"], chosen["score_mean"], s=90, facecolors="none", edgecolors="tab:red",
+               label="Table 5 rows", zorder=5)  # fmt: skip
+    ax.set_xlabel("speedup over vanilla large (mean over seeds)")
+    ax.set_ylabel(f"{METRIC_NAME.get(metric, metric)} (mean over seeds)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: float, title: str = "") -> plt.Figure:
+    """Fig. 8: BiLD's FLOPs, memory operations and arithmetic intensity relative to vanilla large
+    (bildlib.cost.totals, column `pair` per model pair), beside the roofline projection's
+    speedups (bildlib.roofline.projection, column `pair`) and the speedup measured here."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    b = totals[totals["run"] != "vanilla large"]
+    names = {"flops_rel": "FLOPs", "bytes_rel": "memory ops", "intensity_rel": "arithmetic intensity"}
+    for j, (pair, g) in enumerate(b.groupby("pair", sort=False)):
+        x = [i + 0.38 * j for i in range(len(names))]
+        bars = ax.bar(x, [g[c].iloc[0] for c in names], width=0.36, label=pair)
+        ax.bar_label(bars, fmt="%.2f×", fontsize=7)
+    ax.set_xticks([i + 0.19 for i in range(len(names))], list(names.values()))
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--", label="vanilla large = 1")
+    ax.set_ylabel("BiLD / vanilla large")
+    ax.set_title(f"{title}: counted from the calls".strip(": "))
+    ax.legend(fontsize=7)
+    cols = list(dict.fromkeys(zip(proj["pair"], proj["layer_overhead_us"], strict=True)))
+    gpus = list(dict.fromkeys(proj["gpu"]))
+    w = 0.8 / len(cols)
+    for j, (pair, us) in enumerate(cols):
+        g = proj[(proj["pair"] == pair) & (proj["layer_overhead_us"] == us)].set_index("gpu").loc[gpus]
+        bx.bar([i + w * j for i in range(len(gpus))], g["speedup"], width=w, label=f"{pair}, {us:g} µs/layer")
+    bx.set_xticks([i + 0.4 - w / 2 for i in range(len(gpus))], gpus)
+    bx.axhline(measured, color="black", lw=1, ls="-.", label=f"measured here (CPU): {measured:.2f}×")
+    bx.axhline(1.0, color="gray", lw=0.8, ls="--")
+    bx.set_ylabel("predicted speedup of BiLD")
+    bx.set_title("roofline projection: a model, not a measurement", fontsize=9)
+    bx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
 def example_html(rows: list[dict]) -> str:
     """Fig 9: reference, large, small and BiLD outputs; BiLD's large-model tokens highlighted.
     rows: dicts with source, reference, large, small, bild_tokens [(text, 'S'|'L')]."""

@@ -4,12 +4,13 @@ end to end with papermill on the shipped Multi30k pair (a few examples, a tiny g
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3"]
+NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -59,6 +60,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "fig9": {"fallback": 0.6, "rollback": 2.0, "n_shown": 1},
         "latency_scatter": grid,  # fig4's rows, cached
         "table3": grid | {"windows": [3]},  # greedy and sampled
+        "table5": {"fallbacks": [0.4, 0.6], "rollbacks": [2.0], "seeds": [0, 1]},
+        "fig8": grid | {"fallback": 0.6, "rollback": 2.0},  # fig4's rows, cached
     }
     for name in NOTEBOOKS:
         papermill.execute_notebook(
@@ -68,7 +71,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             cwd=str(REPO),
             progress_bar=False,
         )
-        fig = f"{name}_points" if name == "table3" else name  # table3's CSVs are the tables
+        fig = f"{name}_points" if name in ("table3", "table5") else name  # their CSVs are the tables
         assert (tmp_path / "fig" / f"{fig}.png").stat().st_size > 1000
         assert (tmp_path / "fig" / f"{fig}.pdf").is_file()
         if name == "table3":
@@ -83,6 +86,29 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             )
             greedy = t3[t3["mode"] == "greedy"].set_index("method")["score"]
             assert greedy["Speculative (best window)"] == greedy["Vanilla (large)"]  # lossless
+        elif name == "table5":  # vanilla and three BiLD rows, mean ± std over 2 seeds
+            t5 = pd.read_csv(tmp_path / "fig" / "table5.csv")
+            assert (
+                t5["row"].tolist()[0] == "Vanilla (large)"
+                and len(t5) == 4
+                and (t5["seeds"].dropna() == 2).all()
+            )
+            vals = t5[["score_mean", "score_std", "speedup_mean", "speedup_std"]].dropna()
+            assert len(vals) >= 1 and np.isfinite(vals.to_numpy()).all()
+            pts = pd.read_csv(tmp_path / "fig" / "table5_points.csv")
+            assert len(pts[pts["method"] == "bild"]) == 2 and (pts["seeds"] == 2).all()
+        elif name == "fig8":  # FLOPs, bytes and intensity of vanilla large and BiLD, and the projection
+            t = pd.read_csv(tmp_path / "fig" / "fig8.csv").set_index(["pair", "run"])
+            assert len(t) == 4 and np.isfinite(t[["flops", "bytes", "intensity"]].to_numpy()).all()
+            assert (
+                (t.xs("vanilla large", level="run")[["flops_rel", "bytes_rel", "intensity_rel"]] == 1)
+                .all()
+                .all()
+            )
+            p = pd.read_csv(tmp_path / "fig" / "fig8_roofline.csv")
+            assert (
+                set(p["gpu"]) == {"T4", "A100", "H100"} and (p["speedup"] > 0).all() and len(p) == 2 * 3 * 3
+            )
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()

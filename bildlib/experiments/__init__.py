@@ -7,14 +7,17 @@
 `config` (what to run), `measure` (the decoder a configuration runs and the timed call: the
 code the cache key hashes, with the decoders, models and kernels), `cache` (keys, parquet
 files, the lock), `busy` (the machine's load while a configuration ran), `runner`
-(models, plan, run, sweep). Reading the results is bildlib.analysis.
+(models, plan, run, sweep), `calls` (the model calls behind a sweep's rows, for
+bildlib.cost). Reading the results is bildlib.analysis.
 """
 
 from bildlib.experiments.cache import RESULTS, code_version
+from bildlib.experiments.calls import calls_of, recording
 from bildlib.experiments.config import FIELDS, Config, bild, bild_grid, sampling_of, speculative, vanilla
 from bildlib.experiments.runner import Job, Models, execute, plan, run, sweep, with_checkpoints
 
 __all__ = [
-    "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "code_version", "execute",
-    "plan", "run", "sampling_of", "speculative", "sweep", "vanilla", "with_checkpoints",
+    "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "calls_of", "code_version",
+    "execute", "plan", "recording", "run", "sampling_of", "speculative", "sweep", "vanilla",
+    "with_checkpoints",
 ]  # fmt: skip

@@ -1,0 +1,78 @@
+"""The model calls behind a sweep's rows, recorded: for each call, which model ran it, how many
+tokens, over how long a cache, with how long a source, and whether it was the sentence's first
+call of that model (the input of the cost model, bildlib.cost).
+
+The sweep's timed runs keep counters, not call shapes, so calls_of decodes the rows' sources
+again, untimed, with every model's forward recorded, and checks that each example gives the
+row's output ids and call counts: greedy decoding is deterministic, so these are the calls the
+timed run made.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pandas as pd
+
+from bildlib import presets
+from bildlib.experiments import measure
+from bildlib.experiments.config import Config
+
+
+@contextmanager
+def recording(models: dict):
+    """Record every forward of the LMs in `models` (name -> LM) into the yielded list, as dicts
+    (model, k, past, source, first). The LMs' start and forward are wrapped on the instances
+    and restored on exit."""
+    calls: list[dict] = []
+    for name, m in models.items():
+        st = {"source": 0, "first": True}
+
+        def start(source_ids, m=m, st=st, inner=m.start):
+            st["source"], st["first"] = len(source_ids), True
+            return inner(source_ids)
+
+        def forward(tokens, m=m, st=st, name=name, inner=m.forward):
+            calls.append({"model": name, "k": len(tokens), "past": len(m.ids)} | st)
+            st["first"] = False
+            return inner(tokens)
+
+        m.start, m.forward = start, forward
+    try:
+        yield calls
+    finally:
+        for m in models.values():
+            del m.start, m.forward  # the class's methods again
+
+
+def calls_of(preset: str, config: Config, models, rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per model call (id, model, k, past, source, first) of `config` (greedy) on the
+    sweep rows `rows` (that configuration's rows of experiments.sweep), decoded again with
+    `models` (an experiments.Models); raises where an example's output or call counts differ
+    from the row's."""
+    if config.sampling is not None:
+        raise ValueError(
+            f"{config.label}: calls_of replays greedy decoding only (sampled runs differ per seed)"
+        )
+    if rows.empty or (rows["label"] != config.label).any():
+        raise ValueError(f"rows must be the sweep rows of {config.label} (and only those)")
+    p = presets.get(preset)
+    names = dict.fromkeys(config.needs())  # the Models keys this configuration runs, in order
+    lms = {n: models[n] for n in names}
+    if len({id(m) for m in lms.values()}) != len(lms):
+        raise ValueError(f"{config.label}: its models must be distinct objects")
+    tok, out = models[config.model], []
+    for r in rows.itertuples():
+        with recording(lms) as calls:
+            ids, tr = measure.decode(config, models, tok.encode(p.prefix + r.source), p.max_new_tokens)
+        n = pd.Series([c["model"] for c in calls]).value_counts()
+        big = int(n.get("large", 0)) if config.method != "vanilla" else 0
+        small = len(calls) - big
+        if list(ids) != list(r.output_ids) or (small, big) != (r.small_calls, r.large_calls):
+            raise ValueError(
+                f"{config.label}, example {r.id}: decoding again gave {len(ids)} tokens in {small} + {big} "
+                f"calls, the sweep's row {len(r.output_ids)} tokens in {r.small_calls} + {r.large_calls}: "
+                "not the same run (other models, code or device?)"
+            )
+        out += [{"id": r.id} | c for c in calls]
+    return pd.DataFrame(out)
