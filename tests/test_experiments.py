@@ -281,3 +281,21 @@ def test_sampled_speculative_and_sampled_baselines_are_reproducible(env):
     assert X.sampling_of("greedy", 1.0, 0.8, 3) is None
     with pytest.raises(ValueError, match="mode must be one of greedy, sampled"):
         X.sampling_of("beam", 1.0, 0.8, 3)
+
+
+def test_a_sweep_loads_its_examples_once(env, monkeypatch):
+    """A hub dataset loads slowly: the sweep loads it once and plans every configuration on it."""
+    from bildlib import data
+
+    load, n = data.load, {"calls": 0}
+
+    def counted(*a, **k):
+        n["calls"] += 1
+        return load(*a, **k)
+
+    monkeypatch.setattr(data, "load", counted)
+    df = X.sweep(PRESET, GRID, n_examples=4, results=env, baseline_repeats=2, progress=False)
+    assert n["calls"] == 1 and df["label"].nunique() == 7
+    ex = data.load("iwslt2017", "val", 4)
+    with pytest.raises(ValueError, match="loaded holds 4 val examples, not the first 5 of val"):
+        X.plan(PRESET, GRID[0], n_examples=5, results=env, loaded=ex)

@@ -124,16 +124,21 @@ def plan(
     warmup: int = 2,
     models: Models | None = None,
     results: Path | None = None,
+    loaded: data.Split | None = None,
 ) -> Job:
     """Check a run's arguments, load its examples and key it, without decoding anything (run's
-    arguments; sweep plans every configuration before the first runs)."""
+    arguments; sweep plans every configuration before the first runs, passing the examples it
+    loaded once as `loaded`)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be an experiments.Config, got {type(config).__name__}")
     check_count("threads", threads)
     check_count("warmup", warmup, minimum=0)
     p = with_checkpoints(presets.get(preset), checkpoints)
     models = models or Models(p, device, dtype)
-    ex = examples(p, split, n_examples)
+    ex = examples(p, split, n_examples) if loaded is None else loaded
+    if loaded is not None and (loaded.split, len(loaded)) != (split, n_examples):
+        have = f"{len(loaded)} {loaded.split} examples"
+        raise ValueError(f"loaded holds {have}, not the first {n_examples} of {split}")
     spec = {
         "preset": p.name, "config": dataclasses.asdict(config), "split": split, "n_examples": n_examples,
         "examples": cache.examples_hash(ex.pairs), "code": cache.code_version(),
@@ -236,7 +241,8 @@ def sweep(
     todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
     p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
     models = kw.pop("models", None) or Models(p, kw.get("device", "cpu"), kw.get("dtype", "default"))
-    jobs = [plan(preset, c, split, n_examples, models=models, **kw) for c in dict.fromkeys(todo)]
+    ex = examples(p, split, n_examples)  # once for the whole sweep (a hub dataset loads slowly)
+    jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, **kw) for c in dict.fromkeys(todo)]
     if not all(j.path.exists() for j in jobs):
         cache.check_writable(jobs[0].path.parent)
     frames, suspect = [], []
