@@ -211,7 +211,7 @@ def over_seeds(summaries: dict[int, pd.DataFrame]) -> pd.DataFrame:
         raise ValueError(f"over_seeds needs the sweeps of at least 2 seeds, got {len(summaries)}")
     keys = ["method", "model", "fallback", "rollback", "window"]
     s = pd.concat([t.assign(seed=seed) for seed, t in summaries.items()], ignore_index=True)
-    s = s[~s["label"].str.contains("#")]  # vanilla large's repeats: one row per seed
+    s = s[s["repeat"] == 0]  # vanilla large's first run of each seed: one row per seed
     s["config"] = s["label"].str.replace(r"-s\d+$", "", regex=True)  # the label without its seed
     g = s.groupby(keys + ["config"], dropna=False, sort=False)
     out = g.agg(

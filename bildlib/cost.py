@@ -56,9 +56,14 @@ class Arch:
         return self.heads * self.d_kv
 
     @property
+    def ffn_mats(self) -> int:
+        """Matrices of one FFN: wi, wo; gated: wi_0, wi_1, wo."""
+        return 3 if self.gated else 2
+
+    @property
     def ffn(self) -> int:
         """Parameters of one FFN."""
-        return (3 if self.gated else 2) * self.d * self.ff
+        return self.ffn_mats * self.d * self.ff
 
     @classmethod
     def of(cls, config) -> Arch:
@@ -100,10 +105,9 @@ def _stack(a: Arch, n: int, keys: int, cross: int) -> tuple[int, int]:
     """(FLOPs, activation elements) of n tokens through one layer that self-attends over `keys`
     positions and cross-attends over `cross` (0: an encoder layer); K/V of the cross-attention
     excluded."""
-    m = 3 if a.gated else 2
     mats = 4 * a.d * a.inner + a.ffn + (2 * a.d * a.inner if cross else 0)
     flops = 2 * n * mats + 4 * n * (keys + cross) * a.inner
-    acts = 4 * (a.d + a.inner) + m * (a.d + a.ff) + (2 * (a.d + a.inner) if cross else 0)
+    acts = 4 * (a.d + a.inner) + a.ffn_mats * (a.d + a.ff) + (2 * (a.d + a.inner) if cross else 0)
     acts += 2 * a.heads * (keys + cross)  # attention probabilities written, then read
     return flops, n * acts
 

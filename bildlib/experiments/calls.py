@@ -28,7 +28,7 @@ def recording(models: dict):
     for name, m in models.items():
         st = {"source": 0, "first": True}
 
-        def start(source_ids, m=m, st=st, inner=m.start):
+        def start(source_ids, st=st, inner=m.start):
             st["source"], st["first"] = len(source_ids), True
             return inner(source_ids)
 
