@@ -1,10 +1,13 @@
 """Models: `load` finds and loads checkpoints (folder or hub id, device and dtype policy,
-vocabulary checks); `lm` is the batch-1 adapter the decoders drive.
+vocabulary checks); `lm` is the batch-1 adapter the decoders drive; `engine` picks what runs its
+calls: the HF forward, or the lean engines `lean_t5` / `lean_causal` on the same weights.
 
     from bildlib.models import load_pair
     small, large = load_pair("data/checkpoints/multi30k-small", "data/checkpoints/multi30k-large")
 """
 
+from bildlib.models.engine import ENGINES, why_not_lean
+from bildlib.models.lean_common import UnsupportedArchitectureError
 from bildlib.models.lm import LM, check_pair, load_pair
 from bildlib.models.load import (
     ModelUnavailableError,
@@ -21,7 +24,7 @@ from bildlib.models.load import (
 )
 
 __all__ = [
-    "LM", "ModelUnavailableError", "check_dtype", "check_pair", "check_same_vocab", "check_vocab",
+    "ENGINES", "LM", "ModelUnavailableError", "UnsupportedArchitectureError", "why_not_lean", "check_dtype", "check_pair", "check_same_vocab", "check_vocab",
     "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
     "resolve_dtype", "stored_dtype",
 ]  # fmt: skip

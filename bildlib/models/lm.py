@@ -8,8 +8,7 @@ import weakref
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache
-
+from bildlib.models.engine import ENGINES, HF, make
 from bildlib.models.load import check_same_vocab, load_model
 
 
@@ -22,10 +21,16 @@ class LM:
     exactly the tokens the cache has not seen, in one call, appends them to the cache and
     returns their logits (k, V): row i predicts the token after tokens[i]. crop(n) rolls the
     cache back to its first n decoder tokens (cross-attention and prompt stay).
+
+    `engine` runs the calls (models.engine): "lean" (plain tensor ops on the model's weights,
+    a preallocated cache), "hf" (the model's own forward), or "auto": lean where supported.
+    `impl` is the engine object; a lean one also runs a layer at a time (embed / layer / head).
     """
 
-    def __init__(self, model, tokenizer, name: str = "model"):
+    def __init__(self, model, tokenizer, name: str = "model", engine: str = "auto"):
         self.model, self.tok, self.name = model.eval(), tokenizer, name
+        self.impl = make(self.model, engine, name)  # runs the calls (models.engine)
+        self.engine = "hf" if isinstance(self.impl, HF) else "lean"
         self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
         self.device = model.device
         self.width = model.config.get_text_config(decoder=True).vocab_size  # logits columns returned
@@ -33,18 +38,24 @@ class LM:
         self.partners = weakref.WeakSet()  # large models check_pair accepted this one with
         self.eos = tokenizer.eos_token_id
         self.ids: list[int] = []
-        self.cache = None
-        self.enc = None  # encoder outputs (encoder-decoder)
-        self.prompt = None  # prompt tokens before bos (decoder-only)
+        self._started = False
+        self.source = None  # (1, S): the current source (or prompt)
         self._source = None  # (1, S) source or prompt not yet encoded / prefilled
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "default"
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype = "default",
+        engine: str = "auto",
     ) -> LM:
-        """A folder or hub id (see models.load.locate) on `device` in `dtype` (resolve_dtype)."""
+        """A folder or hub id (see models.load.locate) on `device` in `dtype` (resolve_dtype),
+        run by `engine` ("auto": lean where supported, "lean", "hf"; models.engine)."""
+        if engine not in ENGINES:  # before loading anything
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
         model, tok = load_model(path, device, dtype)
-        return cls(model, tok, str(path))
+        return cls(model, tok, str(path), engine)
 
     def encode(self, text: str) -> list[int]:
         return self.tok(text)["input_ids"]
@@ -57,52 +68,48 @@ class LM:
         """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
         prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
         x = check_source(source_ids, self.vocab).to(self.device)  # (1, S)
-        self.ids, self.enc, self._source = [], None, x
+        self.ids, self.source, self._source, self._started = [], x, x, True
         if self.is_encoder_decoder:
-            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
             return int(self.model.config.decoder_start_token_id)
-        self.cache = DynamicCache(config=self.model.config)
-        self.prompt = x[:, :-1]  # (1, S-1), prefilled at the first forward()
         return int(x[0, -1])
 
-    def _encode(self) -> None:
-        x, self._source = self._source, None
-        if self.is_encoder_decoder:
-            self.enc = self.model.get_encoder()(input_ids=x)
-        elif x.shape[1] > 1:
-            self.model(input_ids=x[:, :-1], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+    @property
+    def pending(self) -> bool:
+        """Whether the current source waits for the first forward() to be encoded (or prefilled)."""
+        return self._source is not None
 
     @torch.inference_mode()
     def forward(self, tokens: list[int]) -> torch.Tensor:
-        if self.cache is None:
+        if not self._started:
             raise RuntimeError(f"{self.name}: call start() before forward()")
         if not tokens:
             raise ValueError("forward() needs at least one token")
         if self._source is not None:
-            self._encode()
-        x = torch.tensor([tokens], dtype=torch.long, device=self.device)  # (1, k)
-        if self.is_encoder_decoder:
-            out = self.model(
-                encoder_outputs=self.enc, decoder_input_ids=x, past_key_values=self.cache, use_cache=True
-            )
-        else:
-            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+            self.impl.begin(self._source)
+            self._source = None
+        x = torch.tensor(tokens, dtype=torch.long, device=self.device)  # (k,)
+        logits = self.impl.forward(x, len(self.ids))
         self.ids += tokens
-        return out.logits[0, :, : self.width]  # (k, V)
+        return logits[:, : self.width]  # (k, V)
 
     def crop(self, n: int) -> None:
         if not 0 <= n <= len(self.ids):
             raise ValueError(f"{self.name}: cannot crop to {n} tokens, the cache holds {len(self.ids)}")
         if n < len(self.ids):
-            self.cache.crop(n - len(self.ids))  # a negative argument removes that many tokens
+            self.impl.crop(len(self.ids) - n)
             del self.ids[n:]
 
 
 def load_pair(
-    small: str | Path, large: str | Path, device: str | torch.device = "cpu", dtype: str = "default"
+    small: str | Path,
+    large: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: str = "default",
+    engine: str = "auto",
 ) -> tuple[LM, LM]:
     """The two models of BiLD, checked to share one vocabulary and one architecture kind."""
-    s, lg = LM.from_pretrained(small, device, dtype), LM.from_pretrained(large, device, dtype)
+    s = LM.from_pretrained(small, device, dtype, engine)
+    lg = LM.from_pretrained(large, device, dtype, engine)
     check_pair(s, lg)
     return s, lg
 

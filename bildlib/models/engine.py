@@ -1,0 +1,85 @@
+"""Engines: what runs a model's calls behind models.lm.LM. "hf" is the Hugging Face model's own
+forward with its DynamicCache (the reference, and the path for every architecture); "lean" is
+models.lean_t5 / models.lean_causal on the same weights. "auto" (the default) is lean where the
+architecture is supported, else hf with a logged note.
+
+An engine is begin(src) (encode, or prefill a prompt), forward(tokens, pos) -> logits (k, V) for
+decoder positions [pos, pos + k), and crop(n) (the LM's ids are the lengths: lean engines only
+overwrite, so their crop does nothing)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache
+
+from bildlib.models.lean_causal import LeanGPT2, LeanLlama
+from bildlib.models.lean_common import UnsupportedArchitectureError
+from bildlib.models.lean_t5 import LeanT5
+
+ENGINES = ("auto", "lean", "hf")
+LEAN = {"t5": LeanT5, "mt5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
+log = logging.getLogger("bildlib.models")
+
+
+class HF:
+    """The model's own forward with a DynamicCache, as transformers' generate runs it."""
+
+    arch = "hf"
+
+    def __init__(self, model):
+        self.model, self.enc_dec = model, bool(model.config.is_encoder_decoder)
+
+    def begin(self, src: torch.Tensor) -> None:
+        m = self.model
+        if self.enc_dec:
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            self.enc = m.get_encoder()(input_ids=src)
+            return
+        self.cache = DynamicCache(config=m.config)
+        if src.shape[1] > 1:
+            m(input_ids=src[:, :-1], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+
+    def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        x = tokens[None]  # (1, k)
+        if self.enc_dec:
+            out = self.model(encoder_outputs=self.enc, decoder_input_ids=x, past_key_values=self.cache, use_cache=True)
+        else:
+            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+        return out.logits[0]
+
+    def crop(self, drop: int) -> None:
+        self.cache.crop(-drop)  # a negative argument removes that many tokens (self-attention only)
+
+
+def why_not_lean(model) -> str | None:
+    """Why the lean engine cannot run this model (a sentence), or None when it can."""
+    c = model.config
+    kind = c.model_type
+    if kind not in LEAN:
+        return f"architecture {type(model).__name__} (model_type {kind!r}); lean runs {', '.join(LEAN)}"
+    if model.dtype not in (torch.float32, torch.bfloat16):
+        return f"{kind} in {model.dtype} (lean runs float32 and bfloat16; HF clamps float16 activations)"
+    if kind == "gpt2" and (c.scale_attn_by_inverse_layer_idx or c.reorder_and_upcast_attn or not c.scale_attn_weights):
+        return "a GPT-2 with non-default attention scaling (scale_attn_*, reorder_and_upcast_attn)"
+    if kind == "llama":
+        rope = (getattr(c, "rope_parameters", None) or {}).get("rope_type", "default")
+        if rope != "default" or getattr(c, "mlp_bias", False):
+            return f"a Llama with rope_type {rope!r} or MLP biases (lean runs default RoPE, no MLP bias)"
+    return None
+
+
+def make(model, engine: str = "auto", name: str = "model"):
+    """The engine object for `model`: lean or hf as asked ("auto": lean where supported)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if engine == "hf":
+        return HF(model)
+    why = why_not_lean(model)
+    if why is None:
+        return LEAN[model.config.model_type](model)
+    if engine == "lean":
+        raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")
+    log.info("%s: the lean engine does not support %s; using engine='hf'", name, why)
+    return HF(model)

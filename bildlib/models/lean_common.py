@@ -1,0 +1,64 @@
+"""What the lean engines share: the preallocated KV cache, RMS norm, activations by their HF name,
+and fusing linears into one matrix without a second copy of the weights."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.activations import ACT2FN
+
+
+class UnsupportedArchitectureError(ValueError):
+    """engine="lean" asked of a model the lean engine does not implement."""
+
+
+class Buffers:
+    """Every layer's keys and values, (L, 2, H, T, dh), preallocated; T doubles when a sequence
+    outgrows it (existing entries are copied once). Lengths live with the caller: put() writes
+    positions [pos, pos + k) and returns the views [0, pos + k)."""
+
+    def __init__(self, layers: int, heads: int, dh: int, dtype: torch.dtype, device, T: int = 128):
+        self.buf = torch.zeros(layers, 2, heads, T, dh, dtype=dtype, device=device)
+
+    def put(self, i: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = pos + k.shape[1]  # k, v: (H, k, dh)
+        if n > self.buf.shape[3]:
+            grown = self.buf.new_zeros(*self.buf.shape[:3], 2 * n, self.buf.shape[4])
+            grown[:, :, :, : self.buf.shape[3]] = self.buf
+            self.buf = grown
+        b = self.buf[i]  # (2, H, T, dh)
+        b[0, :, pos:n] = k
+        b[1, :, pos:n] = v
+        return b[0, :, :n], b[1, :, :n]  # (H, n, dh) each
+
+
+def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """T5LayerNorm / LlamaRMSNorm: x / sqrt(mean(x^2) + eps) * w, the mean taken in fp32."""
+    v = x.float().pow(2).mean(-1, keepdim=True)
+    return w * (x.float() * torch.rsqrt(v + eps)).to(w.dtype)
+
+
+def act_fn(name: str):
+    """The activation HF uses under this config name (relu and silu as plain functions)."""
+    return {"relu": F.relu, "silu": F.silu}.get(name) or ACT2FN[name]
+
+
+def fuse(*lins: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One (sum of outs, in) weight (and bias) for linears that read the same input. The HF
+    linears' parameters become views of it, so the weights stay held once and the HF model keeps
+    working; fusing the same linears again returns the same tensors."""
+    done = getattr(lins[0], "_bild_fused", None)
+    if done is not None and done[0].shape[0] == sum(m.weight.shape[0] for m in lins):
+        return done
+    with torch.no_grad():
+        w = torch.cat([m.weight for m in lins])
+        b = torch.cat([m.bias for m in lins]) if lins[0].bias is not None else None
+        o = 0
+        for m in lins:
+            n = m.weight.shape[0]
+            m.weight.data = w[o : o + n]
+            if b is not None:
+                m.bias.data = b[o : o + n]
+            o += n
+    lins[0]._bild_fused = (w, b)
+    return w, b

@@ -1,0 +1,191 @@
+"""The lean engine against the Hugging Face forward it replaces: logits at every call and after
+every crop, every decoder's tokens, the weights held once, and the fallback for what it lacks."""
+
+import logging
+
+import pytest
+import torch
+import transformers as tf
+
+from bildlib import decoding as D
+from bildlib.models import LM, UnsupportedArchitectureError, check_pair
+from bildlib.models.lean_causal import LeanGPT2, LeanLlama
+from bildlib.models.lean_t5 import LeanT5
+from conftest import REPO, TINY_VOCAB, perturbed, tiny_model, tiny_tokenizer
+from test_decoding import sources
+
+ARCHS = ["t5", "t5-tied", "mt5", "gpt2", "llama"]
+
+
+def tiny(kind: str, seed: int = 1):
+    """tiny_model's kinds plus a tied T5 (the shipped pair's head) and an mT5 (gated-gelu FFN)."""
+    if kind == "t5-tied":
+        torch.manual_seed(seed)
+        cfg = tf.T5Config(vocab_size=TINY_VOCAB, d_model=48, d_ff=96, d_kv=24, num_heads=2, num_layers=2,
+                          num_decoder_layers=3, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)  # fmt: skip
+        return tf.T5ForConditionalGeneration(cfg).eval()
+    if kind == "mt5":
+        torch.manual_seed(seed)
+        cfg = tf.MT5Config(vocab_size=TINY_VOCAB, d_model=48, d_ff=96, d_kv=24, num_heads=2, num_layers=2,
+                           decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)  # fmt: skip
+        return tf.MT5ForConditionalGeneration(cfg).eval()
+    return tiny_model(kind, seed=seed, d=48, scale=0.3 if kind == "t5" else 12.0)
+
+
+def both(model, name="tiny"):
+    """The same HF model behind both engines (the lean one reads its weights, copies none)."""
+    tok = tiny_tokenizer()
+    return LM(model, tok, name, engine="hf"), LM(model, tok, name, engine="lean")
+
+
+# A schedule of calls and crops: one token, several at once, crops back, a call past 128
+# positions (the lean cache and tables grow) and crops in the middle of it.
+SCHEDULE = [[0], [5, 6, 7], ("crop", 2), [9], [10, 11, 12, 13], ("crop", 1), [3] * 7, [4],
+            list(range(3, 40)) * 4, ("crop", 60), [8, 9], list(range(3, 40)) * 3, ("crop", 150), [5]]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ARCHS)
+def test_lean_logits_equal_hf_at_every_call_and_crop(kind):
+    hf, lean = both(tiny(kind))
+    assert lean.engine == "lean" and hf.engine == "hf"
+    expected = {"t5": LeanT5, "t5-tied": LeanT5, "mt5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
+    assert isinstance(lean.impl, expected[kind])
+    for src in sources(3, seed=7):
+        b0, b1 = hf.start(src), lean.start(src)
+        assert b0 == b1
+        for step in SCHEDULE:
+            if step[0] == "crop":
+                hf.crop(step[1])
+                lean.crop(step[1])
+                continue
+            toks = [b0] + step[1:] if step == [0] else step  # the first call starts at bos
+            torch.testing.assert_close(lean.forward(toks), hf.forward(toks), atol=1e-4, rtol=0)
+        assert lean.ids == hf.ids
+
+
+def test_lean_logits_equal_hf_on_the_shipped_pair(multi30k_dir):
+    from bildlib import data
+    from bildlib.models import load_model
+
+    for name in ("multi30k-small", "multi30k-large"):
+        model, tok = load_model(REPO / "data" / "checkpoints" / name)
+        hf, lean = LM(model, tok, name, "hf"), LM(model, tok, name, "lean")
+        for s in data.load("multi30k", "val", 5).sources:
+            src = tok(s)["input_ids"]
+            y = [hf.start(src)]
+            lean.start(src)
+            for _ in range(12):  # greedy, with a rollback-like crop and a 4-token call each 4 steps
+                a, b = hf.forward(y[len(hf.ids) :]), lean.forward(y[len(lean.ids) :])
+                torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
+                y.append(int(a[-1].argmax()))
+                if len(y) % 4 == 0:
+                    hf.crop(len(y) - 4)
+                    lean.crop(len(y) - 4)
+
+
+def test_the_lean_engine_holds_no_second_copy_of_the_weights():
+    model = tiny("llama")
+    before = {p.data_ptr(): p.numel() for p in model.parameters()}
+    size = sum(before.values())
+    _, lean = both(model)
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+    assert sum(storages.values()) == size * 4  # fused q/k/v and gate/up: one storage, no copy left
+    w = lean.impl.w[0]["qkv"]
+    q = model.model.layers[0].self_attn.q_proj.weight
+    assert q.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+    LM(model, tiny_tokenizer(), "again", "lean")  # fusing again reuses the fused tensors
+    assert sum(p.untyped_storage().nbytes() for p in model.parameters()) <= 2 * size * 4
+
+
+def _decoders(small, large, src):
+    s = D.Sampling(1.0, 0.8, seed=3)
+    return {
+        "vanilla": D.vanilla(large, src, max_new_tokens=20),
+        "vanilla-sampled": D.vanilla(small, src, sampling=s, max_new_tokens=20),
+        "bild": D.bild(small, large, src, fallback=0.5, rollback=1.0, max_new_tokens=20),
+        "bild-exact": D.bild(small, large, src, fallback=0.3, rollback=1.0, distance="exact", max_new_tokens=20),
+        "bild-nofb": D.bild(small, large, src, fallback=None, rollback=0.5, window=4, max_new_tokens=20),
+        "bild-sampled": D.bild(small, large, src, fallback=0.5, rollback=2.0, sampling=s, max_new_tokens=20),
+        "bild-authors": D.bild(small, large, src, fallback=0.5, rollback=1.0, rules="authors", max_new_tokens=20),
+        "speculative": D.speculative_sampling(small, large, src, window=3, sampling=s, max_new_tokens=20),
+        "oracle": D.oracle(small, large, src, 0.5, max_new_tokens=20),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["t5", "mt5", "gpt2", "llama"])
+def test_every_decoder_gives_the_same_tokens_on_both_engines(kind):
+    large = tiny(kind)
+    small = perturbed(large, seed=2, noise=0.8)
+    (s_hf, s_lean), (l_hf, l_lean) = both(small, "small"), both(large, "large")
+    check_pair(s_hf, l_hf)
+    check_pair(s_lean, l_lean)
+    rollbacks = 0
+    for src in sources(12, seed=5):
+        a, b = _decoders(s_hf, l_hf, src), _decoders(s_lean, l_lean, src)
+        for name in a:
+            assert b[name][0] == a[name][0], name
+            assert b[name][1].source == a[name][1].source, name
+        rollbacks += a["bild"][1].rollbacks
+    assert rollbacks > 0
+
+
+def test_every_decoder_gives_the_same_tokens_on_both_engines_on_the_shipped_pair(multi30k_dir):
+    from bildlib import data
+    from bildlib.models import load_model
+
+    ck = REPO / "data" / "checkpoints"
+    (ms, tok), (ml, _) = load_model(ck / "multi30k-small-aligned"), load_model(ck / "multi30k-large")
+    s_hf, s_lean = LM(ms, tok, "aligned", "hf"), LM(ms, tok, "aligned", "lean")
+    l_hf, l_lean = LM(ml, tok, "large", "hf"), LM(ml, tok, "large", "lean")
+    check_pair(s_hf, l_hf)
+    check_pair(s_lean, l_lean)
+    kw = {"max_new_tokens": 64}
+    for s in data.load("multi30k", "val", 50).sources:
+        src = tok(s)["input_ids"]
+        for run in (
+            lambda a, b: D.vanilla(b, src, **kw),
+            lambda a, b: D.bild(a, b, src, fallback=0.6, rollback=0.5, **kw),
+            lambda a, b: D.bild(a, b, src, fallback=0.4, rollback=1.0, distance="exact", **kw),
+            lambda a, b: D.speculative_sampling(a, b, src, window=4, sampling=D.Sampling(1.0, 0.8, 0), **kw),
+        ):
+            (y0, t0), (y1, t1) = run(s_hf, l_hf), run(s_lean, l_lean)
+            assert y1 == y0 and t1.source == t0.source and t1.large_call_tokens == t0.large_call_tokens
+
+
+def test_an_unsupported_architecture_is_named_and_auto_falls_back(caplog):
+    torch.manual_seed(0)
+    cfg = tf.BartConfig(vocab_size=TINY_VOCAB, d_model=16, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                        decoder_ffn_dim=32, eos_token_id=1, pad_token_id=0, decoder_start_token_id=0)  # fmt: skip
+    bart = tf.BartForConditionalGeneration(cfg).eval()
+    with pytest.raises(UnsupportedArchitectureError, match="BartForConditionalGeneration"):
+        LM(bart, tiny_tokenizer(), "bart", engine="lean")
+    with caplog.at_level(logging.INFO, logger="bildlib.models"):
+        lm = LM(bart, tiny_tokenizer(), "bart")
+    assert lm.engine == "hf" and "engine='hf'" in caplog.text and "bart" in caplog.text
+    half = tiny("t5").to(torch.float16)
+    with pytest.raises(UnsupportedArchitectureError, match="float16"):
+        LM(half, tiny_tokenizer(), "half", engine="lean")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        LM(tiny("t5"), tiny_tokenizer(), "x", engine="fast")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        LM.from_pretrained("no/such/model", engine="fast")  # refused before anything loads
+
+
+@pytest.mark.parametrize("kind", ["t5-tied", "llama"])
+def test_lean_bf16_follows_hf_bf16(kind):
+    """In bf16 the two engines round differently (fused matmuls), so the check is closeness: the
+    same argmax nearly everywhere and logits within bf16's resolution of each other."""
+    hf, lean = both(tiny(kind).to(torch.bfloat16))
+    agree = total = 0
+    for src in sources(6, seed=9):
+        y = [hf.start(src)]
+        lean.start(src)
+        for _ in range(10):
+            a, b = hf.forward(y[len(hf.ids) :]), lean.forward(y[len(lean.ids) :])
+            assert a.dtype == b.dtype == torch.bfloat16
+            torch.testing.assert_close(b.float(), a.float(), atol=0.1 * a.float().abs().max().item(), rtol=0)
+            agree += int(a[-1].argmax() == b[-1].argmax())
+            total += 1
+            y.append(int(a[-1].argmax()))
+    assert agree >= 0.9 * total
