@@ -6,13 +6,13 @@ import logging
 import pytest
 import torch
 import transformers as tf
+from test_decoding import sources
 
 from bildlib import decoding as D
 from bildlib.models import LM, UnsupportedArchitectureError, check_pair
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
 from bildlib.models.lean_t5 import LeanT5
 from conftest import REPO, TINY_VOCAB, perturbed, tiny_model, tiny_tokenizer
-from test_decoding import sources
 
 ARCHS = ["t5", "t5-tied", "mt5", "gpt2", "llama"]
 
@@ -21,13 +21,32 @@ def tiny(kind: str, seed: int = 1):
     """tiny_model's kinds plus a tied T5 (the shipped pair's head) and an mT5 (gated-gelu FFN)."""
     if kind == "t5-tied":
         torch.manual_seed(seed)
-        cfg = tf.T5Config(vocab_size=TINY_VOCAB, d_model=48, d_ff=96, d_kv=24, num_heads=2, num_layers=2,
-                          num_decoder_layers=3, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)  # fmt: skip
+        cfg = tf.T5Config(
+            vocab_size=TINY_VOCAB,
+            d_model=48,
+            d_ff=96,
+            d_kv=24,
+            num_heads=2,
+            num_layers=2,
+            num_decoder_layers=3,
+            decoder_start_token_id=0,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
         return tf.T5ForConditionalGeneration(cfg).eval()
     if kind == "mt5":
         torch.manual_seed(seed)
-        cfg = tf.MT5Config(vocab_size=TINY_VOCAB, d_model=48, d_ff=96, d_kv=24, num_heads=2, num_layers=2,
-                           decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)  # fmt: skip
+        cfg = tf.MT5Config(
+            vocab_size=TINY_VOCAB,
+            d_model=48,
+            d_ff=96,
+            d_kv=24,
+            num_heads=2,
+            num_layers=2,
+            decoder_start_token_id=0,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
         return tf.MT5ForConditionalGeneration(cfg).eval()
     return tiny_model(kind, seed=seed, d=48, scale=0.3 if kind == "t5" else 12.0)
 
@@ -40,8 +59,22 @@ def both(model, name="tiny"):
 
 # A schedule of calls and crops: one token, several at once, crops back, a call past 128
 # positions (the lean cache and tables grow) and crops in the middle of it.
-SCHEDULE = [[0], [5, 6, 7], ("crop", 2), [9], [10, 11, 12, 13], ("crop", 1), [3] * 7, [4],
-            list(range(3, 40)) * 4, ("crop", 60), [8, 9], list(range(3, 40)) * 3, ("crop", 150), [5]]  # fmt: skip
+SCHEDULE = [
+    [0],
+    [5, 6, 7],
+    ("crop", 2),
+    [9],
+    [10, 11, 12, 13],
+    ("crop", 1),
+    [3] * 7,
+    [4],
+    list(range(3, 40)) * 4,
+    ("crop", 60),
+    [8, 9],
+    list(range(3, 40)) * 3,
+    ("crop", 150),
+    [5],
+]
 
 
 @pytest.mark.parametrize("kind", ARCHS)
@@ -103,13 +136,17 @@ def _decoders(small, large, src):
         "vanilla": D.vanilla(large, src, max_new_tokens=20),
         "vanilla-sampled": D.vanilla(small, src, sampling=s, max_new_tokens=20),
         "bild": D.bild(small, large, src, fallback=0.5, rollback=1.0, max_new_tokens=20),
-        "bild-exact": D.bild(small, large, src, fallback=0.3, rollback=1.0, distance="exact", max_new_tokens=20),
+        "bild-exact": D.bild(
+            small, large, src, fallback=0.3, rollback=1.0, distance="exact", max_new_tokens=20
+        ),
         "bild-nofb": D.bild(small, large, src, fallback=None, rollback=0.5, window=4, max_new_tokens=20),
         "bild-sampled": D.bild(small, large, src, fallback=0.5, rollback=2.0, sampling=s, max_new_tokens=20),
-        "bild-authors": D.bild(small, large, src, fallback=0.5, rollback=1.0, rules="authors", max_new_tokens=20),
+        "bild-authors": D.bild(
+            small, large, src, fallback=0.5, rollback=1.0, rules="authors", max_new_tokens=20
+        ),
         "speculative": D.speculative_sampling(small, large, src, window=3, sampling=s, max_new_tokens=20),
         "oracle": D.oracle(small, large, src, 0.5, max_new_tokens=20),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("kind", ["t5", "mt5", "gpt2", "llama"])
@@ -143,20 +180,30 @@ def test_every_decoder_gives_the_same_tokens_on_both_engines_on_the_shipped_pair
     for s in data.load("multi30k", "val", 50).sources:
         src = tok(s)["input_ids"]
         for run in (
-            lambda a, b: D.vanilla(b, src, **kw),
-            lambda a, b: D.bild(a, b, src, fallback=0.6, rollback=0.5, **kw),
-            lambda a, b: D.bild(a, b, src, fallback=0.4, rollback=1.0, distance="exact", **kw),
-            lambda a, b: D.speculative_sampling(a, b, src, window=4, sampling=D.Sampling(1.0, 0.8, 0), **kw),
+            lambda a, b, x: D.vanilla(b, x, **kw),
+            lambda a, b, x: D.bild(a, b, x, fallback=0.6, rollback=0.5, **kw),
+            lambda a, b, x: D.bild(a, b, x, fallback=0.4, rollback=1.0, distance="exact", **kw),
+            lambda a, b, x: D.speculative_sampling(a, b, x, window=4, sampling=D.Sampling(1.0, 0.8, 0), **kw),
         ):
-            (y0, t0), (y1, t1) = run(s_hf, l_hf), run(s_lean, l_lean)
+            (y0, t0), (y1, t1) = run(s_hf, l_hf, src), run(s_lean, l_lean, src)
             assert y1 == y0 and t1.source == t0.source and t1.large_call_tokens == t0.large_call_tokens
 
 
 def test_an_unsupported_architecture_is_named_and_auto_falls_back(caplog):
     torch.manual_seed(0)
-    cfg = tf.BartConfig(vocab_size=TINY_VOCAB, d_model=16, encoder_layers=1, decoder_layers=1,
-                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                        decoder_ffn_dim=32, eos_token_id=1, pad_token_id=0, decoder_start_token_id=0)  # fmt: skip
+    cfg = tf.BartConfig(
+        vocab_size=TINY_VOCAB,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        eos_token_id=1,
+        pad_token_id=0,
+        decoder_start_token_id=0,
+    )
     bart = tf.BartForConditionalGeneration(cfg).eval()
     with pytest.raises(UnsupportedArchitectureError, match="BartForConditionalGeneration"):
         LM(bart, tiny_tokenizer(), "bart", engine="lean")

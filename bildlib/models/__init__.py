@@ -24,7 +24,8 @@ from bildlib.models.load import (
 )
 
 __all__ = [
-    "ENGINES", "LM", "ModelUnavailableError", "UnsupportedArchitectureError", "why_not_lean", "check_dtype", "check_pair", "check_same_vocab", "check_vocab",
+    "ENGINES", "LM", "ModelUnavailableError", "UnsupportedArchitectureError", "why_not_lean",
+    "check_dtype", "check_pair", "check_same_vocab", "check_vocab",
     "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
     "resolve_dtype", "stored_dtype",
 ]  # fmt: skip

@@ -44,7 +44,9 @@ class HF:
     def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         x = tokens[None]  # (1, k)
         if self.enc_dec:
-            out = self.model(encoder_outputs=self.enc, decoder_input_ids=x, past_key_values=self.cache, use_cache=True)
+            out = self.model(
+                encoder_outputs=self.enc, decoder_input_ids=x, past_key_values=self.cache, use_cache=True
+            )
         else:
             out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True)
         return out.logits[0]
@@ -61,7 +63,9 @@ def why_not_lean(model) -> str | None:
         return f"architecture {type(model).__name__} (model_type {kind!r}); lean runs {', '.join(LEAN)}"
     if model.dtype not in (torch.float32, torch.bfloat16):
         return f"{kind} in {model.dtype} (lean runs float32 and bfloat16; HF clamps float16 activations)"
-    if kind == "gpt2" and (c.scale_attn_by_inverse_layer_idx or c.reorder_and_upcast_attn or not c.scale_attn_weights):
+    if kind == "gpt2" and (
+        c.scale_attn_by_inverse_layer_idx or c.reorder_and_upcast_attn or not c.scale_attn_weights
+    ):
         return "a GPT-2 with non-default attention scaling (scale_attn_*, reorder_and_upcast_attn)"
     if kind == "llama":
         rope = (getattr(c, "rope_parameters", None) or {}).get("rope_type", "default")

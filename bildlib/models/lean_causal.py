@@ -96,8 +96,17 @@ class LeanLlama(_Causal):
             a, f = b.self_attn, b.mlp
             qkv, qkv_b = fuse(a.q_proj, a.k_proj, a.v_proj)
             gu = fuse(f.gate_proj, f.up_proj)[0]
-            self.w.append({"ln0": b.input_layernorm.weight, "qkv": qkv, "qkv_b": qkv_b, "o": a.o_proj,
-                           "ln1": b.post_attention_layernorm.weight, "gu": gu, "down": f.down_proj.weight})  # fmt: skip
+            self.w.append(
+                {
+                    "ln0": b.input_layernorm.weight,
+                    "qkv": qkv,
+                    "qkv_b": qkv_b,
+                    "o": a.o_proj,
+                    "ln1": b.post_attention_layernorm.weight,
+                    "gu": gu,
+                    "down": f.down_proj.weight,
+                }
+            )
         self.cos = torch.empty(0)  # (T, dh) rotary tables from HF's own rotary module
         self.sin = torch.empty(0)
 
@@ -112,7 +121,9 @@ class LeanLlama(_Causal):
         cos, sin = self._rope(p, k)
         q, kk = apply_rotary_pos_emb(q, kk, cos, sin, unsqueeze_dim=0)
         kk, v = self.kv.put(i, kk, v, p)
-        a = F.scaled_dot_product_attention(q, kk, v, attn_mask=self.mask(p, k), enable_gqa=self.Hq != self.Hkv)
+        a = F.scaled_dot_product_attention(
+            q, kk, v, attn_mask=self.mask(p, k), enable_gqa=self.Hq != self.Hkv
+        )
         x = x + w["o"](a.transpose(0, 1).reshape(k, -1))
         g, u = F.linear(rms(x, w["ln1"], self.eps), w["gu"]).chunk(2, dim=-1)
         return x + F.linear(self.act(g) * u, w["down"])

@@ -31,7 +31,10 @@ class LeanT5:
         self.emb, self.lm = model.shared.weight, model.lm_head.weight  # (V, d) each, maybe one tensor
         self.enc = [_weights(b, fuse_kv=False) for b in model.encoder.block]
         self.dec = [_weights(b, fuse_kv=True) for b in model.decoder.block]
-        self.enc_ln, self.dec_ln = model.encoder.final_layer_norm.weight, model.decoder.final_layer_norm.weight
+        self.enc_ln, self.dec_ln = (
+            model.encoder.final_layer_norm.weight,
+            model.decoder.final_layer_norm.weight,
+        )
         self.rel_enc = model.encoder.block[0].layer[0].SelfAttention  # its compute_bias: HF's buckets
         self.rel_dec = model.decoder.block[0].layer[0].SelfAttention
         self.n_layers = len(self.dec)
@@ -84,7 +87,9 @@ class LeanT5:
     def _block(self, x, w, bias, i: int | None, pos: int) -> torch.Tensor:
         """One T5 block; i None: an encoder block (no cache, no cross-attention)."""
         k, H, dh = x.shape[0], self.H, self.dh
-        qkv = F.linear(rms(x, w["ln0"], self.eps), w["qkv"]).view(k, 3, H, dh).transpose(0, 2)  # (H, 3, k, dh)
+        qkv = (
+            F.linear(rms(x, w["ln0"], self.eps), w["qkv"]).view(k, 3, H, dh).transpose(0, 2)
+        )  # (H, 3, k, dh)
         q, kk, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # (H, k, dh) each
         if i is not None:  # write this call's keys and values, attend to the whole prefix
             kk, v = self.kv.put(i, kk, v, pos)
@@ -125,6 +130,10 @@ def _weights(block, fuse_kv: bool) -> dict:
         w |= {"wi": dense.wi.weight, "wo": dense.wo.weight}
     if fuse_kv:
         ca = block.layer[1]
-        w |= {"ln1": ca.layer_norm.weight, "cq": ca.EncDecAttention.q.weight, "co": ca.EncDecAttention.o.weight}
+        w |= {
+            "ln1": ca.layer_norm.weight,
+            "cq": ca.EncDecAttention.q.weight,
+            "co": ca.EncDecAttention.o.weight,
+        }
         w["ckv"] = fuse(ca.EncDecAttention.k, ca.EncDecAttention.v)[0]
     return w

@@ -8,6 +8,7 @@ import weakref
 from pathlib import Path
 
 import torch
+
 from bildlib.models.engine import ENGINES, HF, make
 from bildlib.models.load import check_same_vocab, load_model
 
