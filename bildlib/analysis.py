@@ -9,8 +9,10 @@ import pandas as pd
 
 def vanilla_large(frame: pd.DataFrame) -> pd.DataFrame:
     """The vanilla-large rows of a sweep's rows or of a summarize() table: the baseline (a sweep's
-    baselines all decode as its `sampling` says)."""
-    return frame[(frame["method"] == "vanilla") & (frame["model"] == "large")]
+    baselines all decode as its `sampling` says, on the run's engine: a vanilla large with an
+    engine of its own, as in the peers notebook, is a configuration like any other)."""
+    own = frame["engine"].isna() if "engine" in frame else True
+    return frame[(frame["method"] == "vanilla") & (frame["model"] == "large") & own]
 
 
 def _best(rows: pd.DataFrame, by: str) -> pd.Series | None:
@@ -27,7 +29,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("no vanilla-large rows: run the sweep with its baseline")
     per_repeat = base.groupby("repeat")["latency_s"].mean()
     ref = per_repeat.mean()
-    missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0}  # older or synthetic rows
+    missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
+    missing |= {"small_s": float("nan"), "large_s": float("nan")}
     df = df.assign(**{c: v for c, v in missing.items() if c not in df})
     g = df.groupby("label", sort=False)
     s = g.agg(
@@ -37,6 +40,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         tokens=("tokens", "sum"), fallbacks=("fallbacks", "sum"), rollbacks=("rollbacks", "sum"),
         large_tokens=("large_tokens", "sum"), n=("id", "count"), verify_end=("verify_end", "first"),
         busy=("busy", "any"), drafted=("drafted", "sum"), discarded=("discarded", "sum"),
+        engine=("engine", "first"), small_s=("small_s", "mean"), large_s=("large_s", "mean"),
     )  # fmt: skip
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
@@ -47,6 +51,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     s["rollback_pct"] = 100 * s["rollbacks"] / s["tokens"]
     s["large_pct"] = 100 * s["large_tokens"] / s["tokens"]
     s["rejected_pct"] = 100 * s["discarded"] / s["drafted"].where(s["drafted"] > 0)  # of drafted tokens
+    # the decoder loop's own cost: wall time minus the model calls' (NaN where calls are not timed)
+    calls = (s["small_s"] + s["large_s"]).where(~s["method"].isin(["generate", "assisted"]))
+    s["loop_pct"] = 100 * (s["latency_s"] - calls) / calls
+    s["loop_us_per_token"] = 1e6 * (s["latency_s"] - calls) * s["n"] / s["tokens"]
     s.attrs = dict(df.attrs) | {
         "baseline_latency_s": float(ref),
         "baseline_spread_pct": float(100 * (per_repeat.max() - per_repeat.min()) / ref),

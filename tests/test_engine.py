@@ -236,3 +236,18 @@ def test_lean_bf16_follows_hf_bf16(kind):
             total += 1
             y.append(int(a[-1].argmax()))
     assert agree >= 0.9 * total
+
+
+@pytest.mark.parametrize("kind", ["t5", "llama"])
+def test_hf_peers_are_lossless_greedy(kind):
+    """transformers' generate and assisted generation (our same-run peers) write vanilla large's
+    greedy tokens: at HF's defaults and at a tuned setting."""
+    large = tiny(kind)
+    small, lg = both(perturbed(large, seed=2, noise=0.8), "small")[1], both(large, "large")[1]
+    for src in sources(8, seed=11):
+        ref = D.vanilla(lg, src, max_new_tokens=20)[0]
+        assert D.hf_generate(lg, src, max_new_tokens=20)[0] == ref
+        assert D.hf_assisted(small, lg, src, max_new_tokens=20)[0] == ref
+        assert D.hf_assisted(small, lg, src, 4, 0.2, max_new_tokens=20)[0] == ref
+    with pytest.raises(ValueError, match="num_assistant_tokens"):
+        D.hf_assisted(small, lg, src, 0)

@@ -59,30 +59,36 @@ def test_sweep_rows_metrics_and_cache(env, monkeypatch):
 
 
 def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
-    calls = {"n": 0}
+    """A sweep runs its configurations interleaved, example by example; one finished before the
+    sweep is read back, and an interrupted sweep keeps every configuration's flushed examples and
+    resumes each from there, decoding only what is missing."""
+    X.run(PRESET, X.vanilla("small"), n_examples=10, results=env, progress=False)  # finished before
+    calls = {"n": 0, "order": []}
     decode = measure.decode
 
-    def dies(*a, **k):
+    def dies(config, *a, **k):
         calls["n"] += 1
+        calls["order"].append(config.label)
         if calls["n"] == 60:
             raise KeyboardInterrupt
-        return decode(*a, **k)
+        return decode(config, *a, **k)
 
     monkeypatch.setattr(measure, "decode", dies)
     with pytest.raises(KeyboardInterrupt):
         X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
-    done = list((env / PRESET).glob("*[!l].parquet"))  # finished configurations
     partial = list((env / PRESET).glob("*.partial.parquet"))
-    assert done and len(partial) == 1
-    kept = len(pd.read_parquet(partial[0]))
-    assert kept > 0 and kept % 3 == 0
+    n_configs, running = 6, 5  # vanilla large, small, aligned + 3 BiLD; vanilla small was done
+    assert len(partial) == running
+    kept = [len(pd.read_parquet(f)) for f in partial]
+    assert kept == [9] * running  # 10 warm-ups, then 49 decodes: 9 whole rounds, flushed at 3, 6, 9
+    timed = calls["order"][2 * running :]
+    assert timed[:running] == timed[running : 2 * running]  # round robin: each config once per example
+    assert len(set(timed[:running])) == running
 
     calls["n"] = -(10**9)  # no more interruptions; count what the resumed sweep decodes
     df = X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
-    n_configs = 6  # vanilla large, small, aligned + 3 BiLD
     assert len(df) == 10 * n_configs and not df.duplicated(["label", "id"]).any()
-    warmups = 2 * (n_configs - len(done))
-    assert calls["n"] + 10**9 == 10 * (n_configs - len(done)) - kept + warmups
+    assert calls["n"] + 10**9 == sum(10 - k for k in kept) + 2 * running  # the missing rows + warm-ups
     assert not list((env / PRESET).glob("*.partial.parquet"))
 
 
@@ -299,3 +305,35 @@ def test_a_sweep_loads_its_examples_once(env, monkeypatch):
     ex = data.load("iwslt2017", "val", 4)
     with pytest.raises(ValueError, match="loaded holds 4 val examples, not the first 5 of val"):
         X.plan(PRESET, GRID[0], n_examples=5, results=env, loaded=ex)
+
+
+def test_the_engine_is_in_the_key_and_changes_no_output(env):
+    """A configuration runs on the run's engine (lean by default) or its own; the resolved
+    engines are part of the cache key, and every engine writes the same tokens. transformers'
+    generate and assisted generation run as configurations too, on HF's engine."""
+    c = X.bild("aligned", 0.5, 1.0)
+    lean = X.run(PRESET, c, n_examples=6, results=env, progress=False)
+    hf = X.run(PRESET, dataclasses.replace(c, engine="hf"), n_examples=6, results=env, progress=False)
+    run_hf = X.run(PRESET, c, n_examples=6, results=env, progress=False, engine="hf")
+    assert lean.attrs["spec"]["engines"] == {"aligned": "lean", "large": "lean"}
+    assert hf.attrs["spec"]["engines"] == run_hf.attrs["spec"]["engines"] == {"aligned": "hf", "large": "hf"}
+    assert len({lean.attrs["key"], hf.attrs["key"], run_hf.attrs["key"]}) == 3
+    assert hf.attrs["label"].endswith("@hf") and not run_hf.attrs["label"].endswith("@hf")
+    assert (
+        list(lean["output_ids"].map(list))
+        == list(hf["output_ids"].map(list))
+        == list(run_hf["output_ids"].map(list))
+    )
+    large = X.run(PRESET, X.vanilla("large"), n_examples=6, results=env, progress=False)
+    for peer in (X.Config("generate", "large"), X.Config("assisted", "aligned", window=3, threshold=0.3)):
+        df = X.run(PRESET, peer, n_examples=6, results=env, progress=False)
+        assert set(df.attrs["spec"]["engines"].values()) == {"hf"}
+        assert list(df["output_ids"].map(list)) == list(large["output_ids"].map(list))  # greedy: lossless
+    bad_configs = (
+        ({"method": "generate", "model": "small"}, "model must be 'large'"),
+        ({"method": "assisted", "model": "aligned", "engine": "lean"}, "engine must be hf"),
+        ({"method": "vanilla", "model": "large", "engine": "fast"}, "engine must be one of"),
+    )
+    for bad, what in bad_configs:
+        with pytest.raises(ValueError, match=what):
+            X.Config(**bad)

@@ -1,7 +1,8 @@
 """BiLD (Algorithm 1 of Kim et al. 2023) and the decoders it is compared with, at batch 1.
 
 One module per decoder: `bild` (Algorithm 1, its ablations, the authors' rules), `vanilla`,
-`speculative`, `oracle`; `trace` records what a decoder did and `policy` picks tokens (greedy or
+`speculative`, `oracle`, and `hf` (transformers' generate and assisted generation, the peers
+a user would pick instead); `trace` records what a decoder did and `policy` picks tokens (greedy or
 nucleus sampling). Every decoder drives `bildlib.models.LM` adapters and keeps one list,
 seq = [bos] + output; a model whose cache holds seq[:n] runs seq[n:] in one call (Trace.call),
 and row i of the returned logits predicts seq[n + 1 + i]. Policy arithmetic (max probability,
@@ -12,6 +13,7 @@ and row i of the returned logits predicts seq[n + 1 + i]. Policy arithmetic (max
 """
 
 from bildlib.decoding.bild import RULES, BildSettings, bild, first_rollback
+from bildlib.decoding.hf import hf_assisted, hf_generate
 from bildlib.decoding.oracle import oracle
 from bildlib.decoding.policy import Policy, Sampling
 from bildlib.decoding.speculative import speculative_sampling
@@ -19,6 +21,7 @@ from bildlib.decoding.trace import Trace
 from bildlib.decoding.vanilla import vanilla
 
 __all__ = [
-    "RULES", "BildSettings", "Policy", "Sampling", "Trace", "bild", "first_rollback", "oracle",
+    "RULES", "BildSettings", "Policy", "Sampling", "Trace", "bild", "first_rollback", "hf_assisted",
+    "hf_generate", "oracle",
     "speculative_sampling", "vanilla",
 ]  # fmt: skip

@@ -58,10 +58,10 @@ def calls_of(preset: str, config: Config, models, rows: pd.DataFrame) -> pd.Data
         raise ValueError(f"rows must be the sweep rows of {config.label} (and only those)")
     p = presets.get(preset)
     names = dict.fromkeys(config.needs())  # the Models keys this configuration runs, in order
-    lms = {n: models[n] for n in names}
+    lms = {n: models.get(n, config.engine) for n in names}
     if len({id(m) for m in lms.values()}) != len(lms):
         raise ValueError(f"{config.label}: its models must be distinct objects")
-    tok, out = models[config.model], []
+    tok, out = lms[config.model], []
     for r in rows.itertuples():
         with recording(lms) as calls:
             ids, tr = measure.decode(config, models, tok.encode(p.prefix + r.source), p.max_new_tokens)

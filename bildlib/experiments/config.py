@@ -10,7 +10,8 @@ from bildlib.decoding import RULES, Sampling
 from bildlib.decoding.bild import BildSettings
 from bildlib.decoding.common import check_count, check_threshold
 
-METHODS = ("vanilla", "bild", "speculative", "oracle")
+METHODS = ("vanilla", "bild", "speculative", "oracle", "generate", "assisted")
+ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
 MODELS = ("small", "aligned", "large")
 
 
@@ -18,9 +19,12 @@ MODELS = ("small", "aligned", "large")
 class Config:
     """One decoder configuration. `model` is the model of vanilla decoding ("small", "aligned",
     "large") or the small model of the two-model methods (whose large model is "large").
-    temperature 0 is greedy; above it, nucleus sampling with top_p and seed."""
+    temperature 0 is greedy; above it, nucleus sampling with top_p and seed. "generate" and
+    "assisted" are transformers' greedy generate (model large) and assisted generation
+    (decoding.hf; window: num_assistant_tokens, threshold: assistant_confidence_threshold, None:
+    HF's defaults). engine: models.engine's "auto", "lean" or "hf", or None: the run's."""
 
-    method: str  # "vanilla" | "bild" | "speculative" | "oracle"
+    method: str  # "vanilla" | "bild" | "speculative" | "oracle" | "generate" | "assisted"
     model: str = "small"
     fallback: float | None = None
     rollback: float | None = None
@@ -34,13 +38,20 @@ class Config:
     top_p: float = 1.0
     seed: int = 0
     repeat: int = 0  # repeated runs of one configuration (the vanilla-large baseline)
+    engine: str | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
-        if self.method != "vanilla" and self.model == "large":
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of auto, lean, hf or None, got {self.engine!r}")
+        if self.method in ("generate", "assisted") and self.engine not in (None, "hf"):
+            raise ValueError(f"{self.method} is transformers' own generate: engine must be hf or None")
+        if self.method == "generate" and self.model != "large":
+            raise ValueError(f"generate runs the large model: model must be 'large', got {self.model!r}")
+        if self.method not in ("vanilla", "generate") and self.model == "large":
             raise ValueError(f"{self.method} needs a small model (small or aligned), got model='large'")
         if self.rules not in RULES or (self.rules != "ours" and self.method != "bild"):
             raise ValueError(f"rules must be one of {', '.join(RULES)} (bild only), got {self.rules!r}")
@@ -55,6 +66,11 @@ class Config:
             check_threshold("threshold", self.threshold, 0, 1)
         elif self.method == "speculative":
             check_count("window", self.window)
+        elif self.method == "assisted":
+            check_count("window", self.window, optional=True)
+            check_threshold("threshold", self.threshold, 0, 1, optional=True)
+        if self.method in ("generate", "assisted") and self.sampling is not None:
+            raise ValueError(f"{self.method} runs greedy here: temperature must be 0")
         check_count("repeat", self.repeat, minimum=0)
 
     @property
@@ -63,6 +79,9 @@ class Config:
 
     @property
     def label(self) -> str:
+        return self._label() + (f"@{self.engine}" if self.engine else "")
+
+    def _label(self) -> str:
         end = ""
         if self.sampling is not None:
             end = f"-T{self.temperature:g}-p{self.top_p:g}-s{self.seed}"
@@ -70,6 +89,11 @@ class Config:
             return f"vanilla-{self.model}" + end + (f"#{self.repeat}" if self.repeat else "")
         if self.method == "oracle":
             return f"oracle-{self.model}-t{self.threshold}"
+        if self.method == "generate":
+            return "hf-generate" + (f"#{self.repeat}" if self.repeat else "")
+        if self.method == "assisted":
+            n, c = ("default" if v is None else f"{v:g}" for v in (self.window, self.threshold))
+            return f"hf-assisted-{self.model}-n{n}-c{c}"
         if self.method == "speculative":
             return f"speculative-{self.model}-w{self.window}" + end
         fb = f"fb{self.fallback}" if self.fallback is not None else f"nofb-w{self.window}"
@@ -80,7 +104,7 @@ class Config:
 
     def needs(self) -> list[str]:
         """The models this configuration runs."""
-        return [self.model] if self.method == "vanilla" else [self.model, "large"]
+        return [self.model] if self.method in ("vanilla", "generate") else [self.model, "large"]
 
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]

@@ -16,11 +16,16 @@ from bildlib.decoding import Trace
 
 
 def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace]:
-    """Run config's decoder on one source with models (an experiments.Models)."""
+    """Run config's decoder on one source with models (an experiments.Models) on its engine."""
     c, kw = config, {"max_new_tokens": max_new_tokens}
+    engine = "hf" if c.method in ("generate", "assisted") else c.engine
     if c.method == "vanilla":
-        return D.vanilla(models[c.model], src, sampling=c.sampling, **kw)
-    small, large = models[c.model], models["large"]
+        return D.vanilla(models.get(c.model, engine), src, sampling=c.sampling, **kw)
+    if c.method == "generate":
+        return D.hf_generate(models.get("large", engine), src, **kw)
+    small, large = models.get(c.model, engine), models.get("large", engine)
+    if c.method == "assisted":
+        return D.hf_assisted(small, large, src, c.window, c.threshold, **kw)
     if c.method == "oracle":
         return D.oracle(small, large, src, c.threshold, **kw)
     if c.method == "speculative":

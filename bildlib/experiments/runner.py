@@ -3,8 +3,9 @@ configuration (run), and a sweep with the vanilla-large baseline around it.
 
 Latency method (also in README): batch 1; torch.set_num_threads(threads) fixed for the whole
 sweep; each configuration first decodes `warmup` examples untimed; every configuration runs on
-the same examples; each example's latency is the wall time of its decode call (synchronised on
-GPU). Vanilla large runs in the same sweep `baseline_repeats` times (first, middle, last), and
+the same examples, interleaved: example by example, each configuration in turn
+(experiments.interleave); each example's latency is the wall time of its decode call
+(synchronised on GPU). Vanilla large runs in the same sweep `baseline_repeats` times, and
 normalized latency = mean latency of a configuration / mean vanilla-large latency over the same
 examples (analysis.summarize; averaged over the repeats, whose spread is reported).
 
@@ -21,15 +22,24 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from transformers import AutoConfig
 
-from bildlib import data, metrics, presets
+from bildlib import data, presets
 from bildlib.decoding import Sampling
 from bildlib.decoding.common import check_count
-from bildlib.evaluate import machine
-from bildlib.experiments import busy, cache, measure
+from bildlib.experiments import busy, cache, interleave
 from bildlib.experiments.config import FIELDS, Config, vanilla
-from bildlib.models import LM, check_dtype, check_pair, locate, resolve_device, resolve_dtype, stored_dtype
+from bildlib.models import (
+    ENGINES,
+    LM,
+    check_dtype,
+    check_pair,
+    locate,
+    resolve_device,
+    resolve_dtype,
+    stored_dtype,
+    why_not_lean,
+)
 
 
 def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
@@ -47,18 +57,41 @@ class Models:
     "float32", "bfloat16"; models.resolve_dtype) are resolved here, once; only the resolved
     torch.device and each model's torch.dtype go further."""
 
-    def __init__(self, preset: presets.Preset, device: str | torch.device = "cpu", dtype: str = "default"):
+    def __init__(
+        self, preset: presets.Preset, device: str | torch.device = "cpu", dtype="default", engine="auto"
+    ):
         check_dtype(dtype)
-        self.preset, self.device, self.policy, self._lm = preset, resolve_device(device), dtype, {}
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+        self.preset, self.device, self.policy, self.engine = preset, resolve_device(device), dtype, engine
+        self._lm: dict = {}
 
     def __getitem__(self, which: str) -> LM:
-        if which not in self._lm:
-            path = self.preset.model(which)
-            lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy)
+        return self.get(which)
+
+    def get(self, which: str, engine: str | None = None) -> LM:
+        """`which` on `engine` (None: the run's). One HF model per checkpoint: each engine's LM
+        wraps the same loaded weights."""
+        engine = engine or self.engine
+        if (which, engine) not in self._lm:
+            if (loaded := next((lm for (w, _), lm in self._lm.items() if w == which), None)) is not None:
+                lm = LM(loaded.model, loaded.tok, loaded.name, engine)
+            else:
+                path = self.preset.model(which)
+                lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy, engine)
             if which != "large":
-                check_pair(lm, self["large"])
-            self._lm[which] = lm
-        return self._lm[which]
+                check_pair(lm, self.get("large", engine))
+            self._lm[which, engine] = lm
+        return self._lm[which, engine]
+
+    def engine_of(self, which: str, engine: str | None = None) -> str:
+        """The engine `which` runs on ("lean" or "hf"), from its config, without its weights."""
+        engine = engine or self.engine
+        if engine != "auto":
+            return engine
+        path = self.preset.model(which)
+        cfg = AutoConfig.from_pretrained(path) if Path(path).is_dir() else self.get(which).model.config
+        return "hf" if why_not_lean(cfg, self.dtype(which)) else "lean"
 
     def _local_dtype(self, path: str) -> torch.dtype | None:
         """The resolved dtype of a local folder, read from its weights without loading them; None
@@ -71,14 +104,14 @@ class Models:
         no model)."""
         if which not in self._lm and (dtype := self._local_dtype(self.preset.model(which))):
             return dtype
-        return self[which].model.dtype
+        return self.get(which).model.dtype
 
     def identity(self, which: str) -> str:
         """What the results depend on: the weights' hash (local) or the hub commit."""
         path = Path(self.preset.model(which))
         if path.is_dir():
             return "sha256:" + cache.weights_hash(path)
-        commit = getattr(self[which].model.config, "_commit_hash", None)
+        commit = getattr(self.get(which).model.config, "_commit_hash", None)
         return f"hub:{self.preset.model(which)}@{commit}"
 
 
@@ -125,6 +158,7 @@ def plan(
     models: Models | None = None,
     results: Path | None = None,
     loaded: data.Split | None = None,
+    engine: str = "auto",
 ) -> Job:
     """Check a run's arguments, load its examples and key it, without decoding anything (run's
     arguments; sweep plans every configuration before the first runs, passing the examples it
@@ -134,7 +168,8 @@ def plan(
     check_count("threads", threads)
     check_count("warmup", warmup, minimum=0)
     p = with_checkpoints(presets.get(preset), checkpoints)
-    models = models or Models(p, device, dtype)
+    models = models or Models(p, device, dtype, engine)
+    use = "hf" if config.method in ("generate", "assisted") else config.engine  # HF's own generate
     ex = examples(p, split, n_examples) if loaded is None else loaded
     if loaded is not None and (loaded.split, len(loaded)) != (split, n_examples):
         have = f"{len(loaded)} {loaded.split} examples"
@@ -144,6 +179,7 @@ def plan(
         "examples": cache.examples_hash(ex.pairs), "code": cache.code_version(),
         "models": {w: models.identity(w) for w in config.needs()},
         "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
+        "engines": {w: models.engine_of(w, use) for w in config.needs()},
         "device": models.device.type, "threads": threads, "warmup": warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip
@@ -168,47 +204,7 @@ def execute(job: Job, flush_every: int = 20, progress: bool = True) -> pd.DataFr
     """The job's result: from the cache, or computed while holding its lock (a second process
     that wants the same key waits, then reads the finished file)."""
     check_count("flush_every", flush_every)
-    if (df := job.cached()) is not None:
-        return df
-    cache.check_writable(job.path.parent)
-    with cache.exclusive(job.path, job.config.label):
-        if (df := job.cached()) is not None:  # another process finished it while we waited
-            return df
-        return _compute(job, flush_every, progress)
-
-
-def _compute(job: Job, flush_every: int, progress: bool) -> pd.DataFrame:
-    p, config, models, n = job.preset, job.config, job.models, len(job.examples)
-    partial = job.path.with_suffix(".partial.parquet")
-    done = cache.read(partial, job.key) if partial.exists() else None
-    rows = done.to_dict("records") if done is not None else []
-    segments = done.attrs["load"]["segments"] if done is not None else []
-
-    torch.set_num_threads(job.spec["threads"])
-    tok = models[config.model]
-    encode = lambda text: tok.encode(p.prefix + text)  # noqa: E731
-    for s, _ in job.examples.pairs[: job.spec["warmup"]]:  # untimed: allocator, caches, lazy init
-        measure.decode(config, models, encode(s), p.max_new_tokens)
-    meta = {"key": job.key, "label": config.label, "spec": job.spec, "machine": machine()}
-    load = {"threads": job.spec["threads"], "cpus": busy.cpus()}
-    meter = busy.Meter(len(rows))
-    bar = tqdm(range(len(rows), n), desc=config.label, disable=not progress, leave=False)
-    for i in bar:
-        src, ref = job.examples.pairs[i]
-        out_ids, tr, dt = measure.timed(config, models, encode(src), p.max_new_tokens)
-        row = {"id": i, "source": src, "reference": ref, "output": tok.decode(out_ids), "latency_s": dt}
-        rows.append(row | {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)})
-        if (i + 1) % flush_every == 0 and i + 1 < n:
-            now = load | {"segments": segments + [meter.segment(i + 1)]}
-            cache.write(pd.DataFrame(rows), partial, meta | {"load": now})
-    meta["load"] = load | {"segments": segments + [meter.segment(n)]}
-    df = pd.DataFrame(rows)
-    sc = metrics.score(p.metric, list(df["output"]), list(df["reference"]))
-    meta |= {"metric": p.metric, "score": sc.value, "signature": sc.signature}
-    cache.write(df, job.path, meta)
-    partial.unlink(missing_ok=True)
-    df.attrs.update(meta)
-    return df
+    return interleave.compute([job], flush_every, progress)[0]
 
 
 def sweep(
@@ -240,14 +236,15 @@ def sweep(
     mid = len(todo) // 2
     todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
     p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
-    models = kw.pop("models", None) or Models(p, kw.get("device", "cpu"), kw.get("dtype", "default"))
+    models = kw.pop("models", None) or Models(
+        p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
+    )
     ex = examples(p, split, n_examples)  # once for the whole sweep (a hub dataset loads slowly)
     jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, **kw) for c in dict.fromkeys(todo)]
-    if not all(j.path.exists() for j in jobs):
-        cache.check_writable(jobs[0].path.parent)
+    check_count("flush_every", flush_every)
     frames, suspect = [], []
-    for j in tqdm(jobs, desc=f"{preset} sweep", disable=not progress):
-        df, c = execute(j, flush_every, progress), j.config
+    for j, df in zip(jobs, interleave.compute(jobs, flush_every, progress), strict=True):
+        c = j.config
         why = busy.busy(df.attrs["load"]) if "load" in df.attrs else None
         if why:
             suspect.append(f"{c.label} ({why}; {j.path})")

@@ -55,14 +55,15 @@ class HF:
         self.cache.crop(-drop)  # a negative argument removes that many tokens (self-attention only)
 
 
-def why_not_lean(model) -> str | None:
-    """Why the lean engine cannot run this model (a sentence), or None when it can."""
-    c = model.config
-    kind = c.model_type
+def why_not_lean(config, dtype: torch.dtype, arch: str | None = None) -> str | None:
+    """Why the lean engine cannot run a model of this config in this dtype (a sentence naming
+    the architecture `arch`, by default the config's), or None when it can. Needs no weights."""
+    c, kind = config, config.model_type
+    arch = arch or (c.architectures or [kind])[0]
     if kind not in LEAN:
-        return f"architecture {type(model).__name__} (model_type {kind!r}); lean runs {', '.join(LEAN)}"
-    if model.dtype not in (torch.float32, torch.bfloat16):
-        return f"{kind} in {model.dtype} (lean runs float32 and bfloat16; HF clamps float16 activations)"
+        return f"architecture {arch} (model_type {kind!r}); lean runs {', '.join(LEAN)}"
+    if dtype not in (torch.float32, torch.bfloat16):
+        return f"{kind} in {dtype} (lean runs float32 and bfloat16; HF clamps float16 activations)"
     if kind == "gpt2" and (
         c.scale_attn_by_inverse_layer_idx or c.reorder_and_upcast_attn or not c.scale_attn_weights
     ):
@@ -80,7 +81,7 @@ def make(model, engine: str = "auto", name: str = "model"):
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "hf":
         return HF(model)
-    why = why_not_lean(model)
+    why = why_not_lean(model.config, model.dtype, type(model).__name__)
     if why is None:
         return LEAN[model.config.model_type](model)
     if engine == "lean":

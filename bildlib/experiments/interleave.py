@@ -1,0 +1,111 @@
+"""Computing planned jobs interleaved: example by example, every unfinished configuration in
+turn (round robin), so that drift of the machine's speed (thermal state, other tenants, memory
+layout) hits every configuration alike instead of whichever ran during it.
+
+Each job keeps its finished examples in <key>.partial.parquet (flushed every `flush_every`
+examples) and holds its file lock while it runs; an interrupted sweep resumes each job from its
+own partial file, and a job whose result file is whole is not run at all.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from bildlib import metrics
+from bildlib.evaluate import machine
+from bildlib.experiments import busy, cache, measure
+
+
+class _Run:
+    """One job's rows so far, its partial file and its load record."""
+
+    def __init__(self, job):
+        self.job, self.partial = job, job.path.with_suffix(".partial.parquet")
+        done = cache.read(self.partial, job.key) if self.partial.exists() else None
+        self.rows = done.to_dict("records") if done is not None else []
+        self.segments = done.attrs["load"]["segments"] if done is not None else []
+        self.meta = {"key": job.key, "label": job.config.label, "spec": job.spec, "machine": machine()}
+        self.load = {"threads": job.spec["threads"], "cpus": busy.cpus()}
+        self.tok = job.models.get(job.config.model, _engine(job.config))
+
+    def encode(self, i: int) -> list[int]:
+        return self.tok.encode(self.job.preset.prefix + self.job.examples.pairs[i][0])
+
+    def warm(self) -> None:
+        """Untimed decodes of the first `warmup` examples: allocator, caches, lazy init."""
+        for i in range(self.job.spec["warmup"]):
+            measure.decode(self.job.config, self.job.models, self.encode(i), self.job.preset.max_new_tokens)
+        self.meter = busy.Meter(len(self.rows))
+
+    def step(self, i: int) -> None:
+        j = self.job
+        src, ref = j.examples.pairs[i]
+        out_ids, tr, dt = measure.timed(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
+        row = {"id": i, "source": src, "reference": ref, "output": self.tok.decode(out_ids), "latency_s": dt}
+        self.rows.append(row | {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)})
+
+    def flush(self) -> None:
+        load = self.load | {"segments": self.segments + [self.meter.segment(len(self.rows))]}
+        cache.write(pd.DataFrame(self.rows), self.partial, self.meta | {"load": load})
+
+    def finish(self) -> pd.DataFrame:
+        p = self.job.preset
+        load = self.load | {"segments": self.segments + [self.meter.segment(len(self.rows))]}
+        meta = self.meta | {"load": load}
+        df = pd.DataFrame(self.rows)
+        sc = metrics.score(p.metric, list(df["output"]), list(df["reference"]))
+        meta |= {"metric": p.metric, "score": sc.value, "signature": sc.signature}
+        cache.write(df, self.job.path, meta)
+        self.partial.unlink(missing_ok=True)
+        df.attrs.update(meta)
+        return df
+
+
+def _engine(config) -> str | None:
+    return "hf" if config.method in ("generate", "assisted") else config.engine
+
+
+def compute(jobs: list, flush_every: int = 20, progress: bool = True) -> list[pd.DataFrame]:
+    """The results of jobs (planned on the same examples and Models), in order: cached ones read
+    back, the others computed interleaved while holding every one's lock."""
+    out: dict[int, pd.DataFrame] = {i: df for i, j in enumerate(jobs) if (df := j.cached()) is not None}
+    todo = [i for i in range(len(jobs)) if i not in out]
+    if not todo:
+        return [out[i] for i in range(len(jobs))]
+    cache.check_writable(jobs[todo[0]].path.parent)
+    with ExitStack() as locks:
+        for i in todo:
+            locks.enter_context(cache.exclusive(jobs[i].path, jobs[i].config.label))
+        for i in list(todo):  # another process may have finished some while we waited
+            if (df := jobs[i].cached()) is not None:
+                out[i] = df
+                todo.remove(i)
+        runs = {i: _Run(jobs[i]) for i in todo}
+        if len({len(jobs[i].examples) for i in todo}) > 1:
+            raise ValueError("jobs interleaved together must run the same examples")
+        threads = {jobs[i].spec["threads"] for i in todo}
+        if len(threads) > 1:
+            raise ValueError(f"jobs interleaved together must use one thread count, got {sorted(threads)}")
+        if runs:
+            torch.set_num_threads(threads.pop())
+        for r in runs.values():
+            r.warm()
+        n = len(jobs[todo[0]].examples) if todo else 0
+        left = sum(n - len(r.rows) for r in runs.values())
+        what = f"{len(runs)} configurations interleaved"
+        bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
+        for e in range(min((len(r.rows) for r in runs.values()), default=n), n):
+            for r in runs.values():
+                if len(r.rows) == e:  # resumed runs skip the examples they already hold
+                    r.step(e)
+                    bar.update()
+                    if (e + 1) % flush_every == 0 and e + 1 < n:
+                        r.flush()
+        bar.close()
+        for i, r in runs.items():
+            out[i] = r.finish()
+    return [out[i] for i in range(len(jobs))]
