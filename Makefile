@@ -12,7 +12,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full bench tokenizer models cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full bench bench-grid tokenizer models cards clean-venv
 
 setup: $(STAMP)
 
@@ -31,7 +31,7 @@ test: lint
 
 # Notebooks run with papermill; executed copies go to build/notebooks (git-ignored), figures to
 # figures/ (a run with other parameters writes to build/figures/<run>/ unless given out_dir). Sweeps are cached in data/results, so fig9 and fig10 reuse fig4's.
-NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8
+NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8 peers
 PAPERMILL = $(BIN)/papermill --cwd . $(PM_ARGS)
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
@@ -55,16 +55,24 @@ figures-full: PM_ARGS = -p n_examples 1014 -p out_dir figures/full
 figures-full: AUTHORS_OUT = figures/full/authors
 figures-full: figures
 
-# The benchmark bar (README, Results): fig4's sweep over all of Multi30k val (1,014 sentences) on
-# a reduced grid around the aligned model's best points, in one run; figures/bench/.
-# figures/bench-high: make bench BENCH_OUT=figures/bench-high BENCH_GRID="-y '{fallbacks: [0.6, 0.7, 0.8], rollbacks: [0.5, 1.0]}'"
+# The benchmark bars (README, Results): the peers notebook, BiLD against transformers' generate and
+# assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences);
+# figures/peers/val/. PEERS_ARGS narrows it, e.g. PEERS_ARGS="-y '{fallbacks: [0.4], rollbacks: [1.0]}'".
+PEERS_OUT ?= figures/peers/val
+bench: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p out_dir $(PEERS_OUT) $(PEERS_ARGS) \
+	  notebooks/peers.ipynb build/notebooks/bench.ipynb
+
+# fig4's sweep over all of val on a reduced grid (figures/bench/, measured before the lean engine).
+# figures/bench-high: make bench-grid BENCH_OUT=figures/bench-high BENCH_GRID="-y '{fallbacks: [0.6, 0.7, 0.8], rollbacks: [0.5, 1.0]}'"
 # figures/bench-bf16 and figures/bench-aligned8: the commands are in README (Results).
 BENCH_GRID ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [0.5, 1.0]}'
 BENCH_OUT ?= figures/bench
-bench: $(STAMP)
+bench-grid: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir $(BENCH_OUT) $(BENCH_GRID) \
-	  notebooks/fig4.ipynb build/notebooks/bench.ipynb
+	  notebooks/fig4.ipynb build/notebooks/bench-grid.ipynb
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

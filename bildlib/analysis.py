@@ -11,7 +11,7 @@ def vanilla_large(frame: pd.DataFrame) -> pd.DataFrame:
     """The vanilla-large rows of a sweep's rows or of a summarize() table: the baseline (a sweep's
     baselines all decode as its `sampling` says, on the run's engine: a vanilla large with an
     engine of its own, as in the peers notebook, is a configuration like any other)."""
-    own = frame["engine"].isna() if "engine" in frame else True
+    own = frame["engine"].fillna("").eq("") if "engine" in frame else True
     return frame[(frame["method"] == "vanilla") & (frame["model"] == "large") & own]
 
 
@@ -30,18 +30,34 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     per_repeat = base.groupby("repeat")["latency_s"].mean()
     ref = per_repeat.mean()
     missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
-    missing |= {"small_s": float("nan"), "large_s": float("nan")}
+    missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": ""}
     df = df.assign(**{c: v for c, v in missing.items() if c not in df})
+    df = df.assign(engine=df["engine"].fillna(""))  # "": the run's engine
     g = df.groupby("label", sort=False)
     s = g.agg(
-        method=("method", "first"), model=("model", "first"), fallback=("fallback", "first"),
-        rollback=("rollback", "first"), window=("window", "first"), threshold=("threshold", "first"),
-        repeat=("repeat", "first"), score=("score", "first"), latency_s=("latency_s", "mean"),
-        tokens=("tokens", "sum"), fallbacks=("fallbacks", "sum"), rollbacks=("rollbacks", "sum"),
-        large_tokens=("large_tokens", "sum"), n=("id", "count"), verify_end=("verify_end", "first"),
-        busy=("busy", "any"), drafted=("drafted", "sum"), discarded=("discarded", "sum"),
-        engine=("engine", "first"), small_s=("small_s", "mean"), large_s=("large_s", "mean"),
-    )  # fmt: skip
+        method=("method", "first"),
+        model=("model", "first"),
+        fallback=("fallback", "first"),
+        rollback=("rollback", "first"),
+        window=("window", "first"),
+        threshold=("threshold", "first"),
+        repeat=("repeat", "first"),
+        score=("score", "first"),
+        latency_s=("latency_s", "mean"),
+        tokens=("tokens", "sum"),
+        fallbacks=("fallbacks", "sum"),
+        rollbacks=("rollbacks", "sum"),
+        large_tokens=("large_tokens", "sum"),
+        n=("id", "count"),
+        verify_end=("verify_end", "first"),
+        busy=("busy", "any"),
+        drafted=("drafted", "sum"),
+        discarded=("discarded", "sum"),
+        engine_=("engine", "first"),
+        small_s=("small_s", "mean"),
+        large_s=("large_s", "mean"),
+        ran_on=("ran_on", "first"),
+    ).rename(columns={"engine_": "engine"})  # fmt: skip (agg's own `engine` keyword is numba's)
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
         s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)

@@ -207,6 +207,22 @@ def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: float, title: str =
     return fig
 
 
+def peers(head: pd.DataFrame, title: str = "", metric: str = "bleu") -> plt.Figure:
+    """ms per sentence of each headline decoder (bars), its score written beside it."""
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(head) + 1.2))
+    y = range(len(head))[::-1]
+    colors = ["tab:blue" if "BiLD" in d else "tab:gray" for d in head["decoder"]]
+    ax.barh(list(y), head["ms"], color=colors)
+    for yi, (_, r) in zip(y, head.iterrows(), strict=True):
+        note = f" {r['ms']:.1f} ms, {METRIC_NAME.get(metric, metric)} {r['score']:.2f}, "
+        ax.text(r["ms"], yi, note + f"{r['speedup_same_engine']:.2f}× same engine", va="center", fontsize=8)
+    ax.set_yticks(list(y), head["decoder"], fontsize=8)
+    ax.set_xlabel("ms per sentence (batch 1)")
+    ax.set_xlim(0, head["ms"].max() * 1.9)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
 def example_html(rows: list[dict]) -> str:
     """Fig 9: reference, large, small and BiLD outputs; BiLD's large-model tokens highlighted.
     rows: dicts with source, reference, large, small, bild_tokens [(text, 'S'|'L')]."""

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8"]
+NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -62,6 +62,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "table3": grid | {"windows": [3]},  # greedy and sampled
         "table5": {"fallbacks": [0.4, 0.6], "rollbacks": [2.0], "seeds": [0, 1]},
         "fig8": grid | {"fallback": 0.6, "rollback": 2.0},  # fig4's rows, cached
+        "peers": {"fallbacks": [0.6], "rollbacks": [2.0], "assisted": [[3, 0.2]], "tolerance": 100.0},
     }
     for name in NOTEBOOKS:
         papermill.execute_notebook(
@@ -109,6 +110,15 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert (
                 set(p["gpu"]) == {"T4", "A100", "H100"} and (p["speedup"] > 0).all() and len(p) == 2 * 3 * 3
             )
+        elif name == "peers":  # every headline row; the lossless ones write vanilla large's score
+            h = pd.read_csv(tmp_path / "fig" / "peers.csv").set_index("decoder")
+            assert len(h) == 8 and (h["ms"] > 0).all() and (h["speedup_same_engine"] > 0).all()
+            assert h["ran_on"]["vanilla large (hf engine)"] == "hf"
+            v = h["score"]["vanilla large (lean engine)"]
+            for lossless in ("HF generate (large, greedy)", "HF assisted generation, defaults",
+                             "vanilla large (hf engine)", "BiLD lossless (exact)"):  # fmt: skip
+                assert h["score"][lossless] == v
+            assert len(pd.read_csv(tmp_path / "fig" / "peers_all.csv")) == 11  # 7 peers + 4 BiLD, baselines
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()

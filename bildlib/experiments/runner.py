@@ -249,7 +249,10 @@ def sweep(
         if why:
             suspect.append(f"{c.label} ({why}; {j.path})")
         fields = {f: getattr(c, f) for f in FIELDS}
-        frames.append(df.assign(label=c.label, **fields, score=df.attrs["score"], busy=why is not None))
+        used = j.spec["engines"][c.needs()[-1]]  # the engine the configuration ran on, resolved
+        frames.append(
+            df.assign(label=c.label, **fields, score=df.attrs["score"], busy=why is not None, ran_on=used)
+        )
     if suspect:
         warnings.warn(
             f"{len(suspect)} configuration(s) were timed on a busy machine, so their latencies are "

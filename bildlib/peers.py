@@ -1,0 +1,73 @@
+"""The peers table: BiLD against the decoders a user would pick instead, from one interleaved
+sweep (notebooks/peers.ipynb). Every speedup is against vanilla large on the same engine (lean
+configurations against the sweep's own baseline, HF ones against vanilla large on HF's
+forward), and each is also given against transformers' `generate`."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bildlib import experiments as X
+from bildlib.analysis import summarize, vanilla_large
+
+
+def configs(preset: str, small: str, fallbacks, rollbacks, assisted) -> list[X.Config]:
+    """The peers sweep (besides its vanilla-large baseline on the run's engine): vanilla large
+    on HF's forward, `generate`, assisted generation at HF's defaults and at each (drafts,
+    threshold) in `assisted`, lossless BiLD at each α_FB, and BiLD over α_FB × α_RB with and
+    without verify_end."""
+    out = [X.Config("vanilla", "large", max_small_steps=None, engine="hf")]
+    out += [X.Config("generate", "large"), X.Config("assisted", small)]
+    out += [X.Config("assisted", small, window=int(n), threshold=float(c)) for n, c in assisted]
+    out += [X.Config("bild", small, fb, 1.0, distance="exact") for fb in fallbacks]
+    out += X.bild_grid(
+        preset, models=(small,), fallbacks=fallbacks, rollbacks=rollbacks, verify_end=(False, True)
+    )
+    return out
+
+
+def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every configuration, the headline rows). Columns: score, ms per sentence, speedup against
+    vanilla large on the same engine and against HF generate, the loop's own cost. Headline rows:
+    HF generate; HF assisted at its defaults and at its fastest tuned setting; vanilla large on
+    both engines; the fastest lossless BiLD; the fastest BiLD within `tol` of vanilla large's
+    score, with and without verify_end."""
+    s = summarize(df)  # ran_on: the engine each configuration ran on ("lean" or "hf")
+    run = vanilla_large(s)["ran_on"].iloc[0]  # the run's engine
+    is_hf_large = (s["method"] == "vanilla") & (s["model"] == "large") & (s["engine"] == "hf")
+    if not is_hf_large.any() or not (s["method"] == "generate").any():
+        raise ValueError("the peers table needs vanilla large on engine hf and HF generate in the sweep")
+    base = {
+        run: float(vanilla_large(s)["latency_s"].mean()),
+        "hf": float(s[is_hf_large]["latency_s"].iloc[0]),
+    }
+    s["ms"] = 1e3 * s["latency_s"]
+    s["speedup_same_engine"] = s["ran_on"].map(base) / s["latency_s"]
+    s["speedup_vs_generate"] = float(s[s["method"] == "generate"]["latency_s"].iloc[0]) / s["latency_s"]
+    hf_large, gen = s[is_hf_large], s[s["method"] == "generate"]
+    v = float(vanilla_large(s)["score"].mean())
+    assisted = s[s["method"] == "assisted"]
+    default = assisted[assisted["window"].isna()]
+    tuned = assisted[assisted["window"].notna()]
+    bild = s[(s["method"] == "bild") & (s["ran_on"] == run)]
+    ok = bild[bild["score"] >= v - tol - 1e-9]
+    pick = {
+        "HF generate (large, greedy)": gen,
+        "HF assisted generation, defaults": default,
+        "HF assisted generation, fastest tuned": tuned.nsmallest(1, "latency_s"),
+        "vanilla large (hf engine)": hf_large,
+        f"vanilla large ({run} engine)": vanilla_large(s).iloc[:1],
+        "BiLD lossless (exact)": ok[ok["label"].str.contains("-exact")].nsmallest(1, "latency_s"),
+        f"BiLD ≤ {tol:g} BLEU, Algorithm 1 end": ok[
+            ~ok["verify_end"] & ~ok["label"].str.contains("-exact")
+        ].nsmallest(1, "latency_s"),
+        f"BiLD ≤ {tol:g} BLEU, verify_end": ok[
+            ok["verify_end"] & ~ok["label"].str.contains("-exact")
+        ].nsmallest(1, "latency_s"),
+    }
+    cols = ["label", "ran_on", "score", "ms", "speedup_same_engine", "speedup_vs_generate", "loop_pct",
+            "loop_us_per_token", "fallback_pct", "rollback_pct"]  # fmt: skip
+    rows = [r[cols].iloc[0].to_dict() | {"decoder": name} for name, r in pick.items() if not r.empty]
+    head = pd.DataFrame(rows)[["decoder", *cols]]
+    head.attrs = s.attrs
+    return s[cols + ["method", "model", "fallback", "rollback", "verify_end"]], head
