@@ -1,0 +1,71 @@
+"""Per-call latency of the two engines on one pair: a one-token step and a k-token call of each
+model, HF's forward against the lean engine on the same weights, interleaved call by call
+(medians; CUDA synchronised). README's engine table comes from this.
+
+    python -m bildlib.callbench --threads 2 --dtype float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import pandas as pd
+import torch
+
+from bildlib import data
+from bildlib.models import LM, load_model
+
+PAIR = ("data/checkpoints/multi30k-small-aligned", "data/checkpoints/multi30k-large")
+
+
+def _time(lm: LM, tokens: list[int], n: int) -> float:
+    """Seconds of one forward of `tokens` after a prefix of n decoder tokens."""
+    lm.crop(n)
+    t0 = time.perf_counter()
+    lm.forward(tokens)
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def bench(paths=PAIR, device="cpu", dtype="default", k: int = 10, repeats: int = 200) -> pd.DataFrame:
+    """One row per (model, call, engine): median ms over `repeats` interleaved calls, and the
+    k-token call in single-token steps of the same engine."""
+    src_text = data.load("multi30k", "val", 1).sources[0]
+    rows = []
+    for path in paths:
+        model, tok = load_model(path, device, dtype)
+        lms = {e: LM(model, tok, path, e) for e in ("hf", "lean")}
+        for lm in lms.values():
+            lm.start(tok(src_text)["input_ids"])
+            lm.forward([0] + [5] * 8)  # a 9-token prefix, as mid-sentence
+        times = {(e, c): [] for e in lms for c in ("1", "k")}
+        for _ in range(repeats):
+            for e, lm in lms.items():  # interleaved: drift hits both engines alike
+                times[e, "1"].append(_time(lm, [7], 9))
+                times[e, "k"].append(_time(lm, [7] * k, 9))
+        for e in lms:
+            one, many = (1e3 * statistics.median(times[e, c]) for c in ("1", "k"))
+            name = path.rsplit("/", 1)[-1]
+            rows.append({"model": name, "engine": e, "dtype": str(model.dtype).removeprefix("torch."),
+                         "step_ms": one, f"call{k}_ms": many, f"call{k}_in_steps": many / one})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="default")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=200)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    with torch.inference_mode():
+        print(bench(device=a.device, dtype=a.dtype, k=a.k, repeats=a.repeats).round(3).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
