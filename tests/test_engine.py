@@ -18,37 +18,16 @@ ARCHS = ["t5", "t5-tied", "mt5", "gpt2", "llama"]
 
 
 def tiny(kind: str, seed: int = 1):
-    """tiny_model's kinds plus a tied T5 (the shipped pair's head) and an mT5 (gated-gelu FFN)."""
+    """tiny_model's kinds plus a tied T5 (the shipped pair's head, 3 decoder layers) and an mT5
+    (gated-gelu feed-forward, untied head)."""
+    if kind not in ("t5-tied", "mt5"):
+        return tiny_model(kind, seed=seed, d=48, scale=0.3 if kind == "t5" else 12.0)
+    torch.manual_seed(seed)
+    common = {"vocab_size": TINY_VOCAB, "d_model": 48, "d_ff": 96, "d_kv": 24, "num_heads": 2}
+    common |= {"num_layers": 2, "decoder_start_token_id": 0, "eos_token_id": 1, "pad_token_id": 0}
     if kind == "t5-tied":
-        torch.manual_seed(seed)
-        cfg = tf.T5Config(
-            vocab_size=TINY_VOCAB,
-            d_model=48,
-            d_ff=96,
-            d_kv=24,
-            num_heads=2,
-            num_layers=2,
-            num_decoder_layers=3,
-            decoder_start_token_id=0,
-            eos_token_id=1,
-            pad_token_id=0,
-        )
-        return tf.T5ForConditionalGeneration(cfg).eval()
-    if kind == "mt5":
-        torch.manual_seed(seed)
-        cfg = tf.MT5Config(
-            vocab_size=TINY_VOCAB,
-            d_model=48,
-            d_ff=96,
-            d_kv=24,
-            num_heads=2,
-            num_layers=2,
-            decoder_start_token_id=0,
-            eos_token_id=1,
-            pad_token_id=0,
-        )
-        return tf.MT5ForConditionalGeneration(cfg).eval()
-    return tiny_model(kind, seed=seed, d=48, scale=0.3 if kind == "t5" else 12.0)
+        return tf.T5ForConditionalGeneration(tf.T5Config(num_decoder_layers=3, **common)).eval()
+    return tf.MT5ForConditionalGeneration(tf.MT5Config(**common)).eval()
 
 
 def both(model, name="tiny"):
