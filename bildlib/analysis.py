@@ -67,8 +67,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     s["rollback_pct"] = 100 * s["rollbacks"] / s["tokens"]
     s["large_pct"] = 100 * s["large_tokens"] / s["tokens"]
     s["rejected_pct"] = 100 * s["discarded"] / s["drafted"].where(s["drafted"] > 0)  # of drafted tokens
-    # the decoder loop's own cost: wall time minus the model calls' (NaN where calls are not timed)
-    calls = (s["small_s"] + s["large_s"]).where(~s["method"].isin(["generate", "assisted"]))
+    # the decoder loop's own cost: wall time minus the model calls' (NaN where calls are not timed:
+    # transformers' generate and assisted generation report none)
+    calls = s["small_s"] + s["large_s"]
+    calls = calls.where(calls > 0)
     s["loop_pct"] = 100 * (s["latency_s"] - calls) / calls
     s["loop_us_per_token"] = 1e6 * (s["latency_s"] - calls) * s["n"] / s["tokens"]
     s.attrs = dict(df.attrs) | {

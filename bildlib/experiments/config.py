@@ -10,7 +10,8 @@ from bildlib.decoding import RULES, Sampling
 from bildlib.decoding.bild import BildSettings
 from bildlib.decoding.common import check_count, check_threshold
 
-METHODS = ("vanilla", "bild", "speculative", "oracle", "generate", "assisted")
+HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
+METHODS = ("vanilla", "bild", "speculative", "oracle", *HF_METHODS)
 ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
 MODELS = ("small", "aligned", "large")
 
@@ -47,7 +48,7 @@ class Config:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of auto, lean, hf or None, got {self.engine!r}")
-        if self.method in ("generate", "assisted") and self.engine not in (None, "hf"):
+        if self.method in HF_METHODS and self.engine not in (None, "hf"):
             raise ValueError(f"{self.method} is transformers' own generate: engine must be hf or None")
         if self.method == "generate" and self.model != "large":
             raise ValueError(f"generate runs the large model: model must be 'large', got {self.model!r}")
@@ -69,13 +70,19 @@ class Config:
         elif self.method == "assisted":
             check_count("window", self.window, optional=True)
             check_threshold("threshold", self.threshold, 0, 1, optional=True)
-        if self.method in ("generate", "assisted") and self.sampling is not None:
+        if self.method in HF_METHODS and self.sampling is not None:
             raise ValueError(f"{self.method} runs greedy here: temperature must be 0")
         check_count("repeat", self.repeat, minimum=0)
 
     @property
     def sampling(self) -> Sampling | None:
         return Sampling(self.temperature, self.top_p, self.seed) if self.temperature > 0 else None
+
+    @property
+    def runs_on(self) -> str | None:
+        """The engine asked for: "hf" for transformers' own decoders, else `engine` (None: the
+        run's). What decoding uses and what the cache key resolves."""
+        return "hf" if self.method in HF_METHODS else self.engine
 
     @property
     def label(self) -> str:

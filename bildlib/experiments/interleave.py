@@ -30,7 +30,7 @@ class _Run:
         self.segments = done.attrs["load"]["segments"] if done is not None else []
         self.meta = {"key": job.key, "label": job.config.label, "spec": job.spec, "machine": machine()}
         self.load = {"threads": job.spec["threads"], "cpus": busy.cpus()}
-        self.tok = job.models.get(job.config.model, _engine(job.config))
+        self.tok = job.models.get(job.config.model, job.config.runs_on)
 
     def encode(self, i: int) -> list[int]:
         return self.tok.encode(self.job.preset.prefix + self.job.examples.pairs[i][0])
@@ -48,14 +48,16 @@ class _Run:
         row = {"id": i, "source": src, "reference": ref, "output": self.tok.decode(out_ids), "latency_s": dt}
         self.rows.append(row | {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)})
 
+    def _load(self) -> dict:
+        """The load record: earlier segments and this one, up to the rows so far."""
+        return self.load | {"segments": self.segments + [self.meter.segment(len(self.rows))]}
+
     def flush(self) -> None:
-        load = self.load | {"segments": self.segments + [self.meter.segment(len(self.rows))]}
-        cache.write(pd.DataFrame(self.rows), self.partial, self.meta | {"load": load})
+        cache.write(pd.DataFrame(self.rows), self.partial, self.meta | {"load": self._load()})
 
     def finish(self) -> pd.DataFrame:
         p = self.job.preset
-        load = self.load | {"segments": self.segments + [self.meter.segment(len(self.rows))]}
-        meta = self.meta | {"load": load}
+        meta = self.meta | {"load": self._load()}
         df = pd.DataFrame(self.rows)
         sc = metrics.score(p.metric, list(df["output"]), list(df["reference"]))
         meta |= {"metric": p.metric, "score": sc.value, "signature": sc.signature}
@@ -63,10 +65,6 @@ class _Run:
         self.partial.unlink(missing_ok=True)
         df.attrs.update(meta)
         return df
-
-
-def _engine(config) -> str | None:
-    return "hf" if config.method in ("generate", "assisted") else config.engine
 
 
 def compute(jobs: list, flush_every: int = 20, progress: bool = True) -> list[pd.DataFrame]:

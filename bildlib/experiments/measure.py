@@ -18,7 +18,7 @@ from bildlib.decoding import Trace
 def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace]:
     """Run config's decoder on one source with models (an experiments.Models) on its engine."""
     c, kw = config, {"max_new_tokens": max_new_tokens}
-    engine = "hf" if c.method in ("generate", "assisted") else c.engine
+    engine = c.runs_on
     if c.method == "vanilla":
         return D.vanilla(models.get(c.model, engine), src, sampling=c.sampling, **kw)
     if c.method == "generate":

@@ -30,9 +30,9 @@ from bildlib.decoding.common import check_count
 from bildlib.experiments import busy, cache, interleave
 from bildlib.experiments.config import FIELDS, Config, vanilla
 from bildlib.models import (
-    ENGINES,
     LM,
     check_dtype,
+    check_engine,
     check_pair,
     locate,
     resolve_device,
@@ -61,10 +61,10 @@ class Models:
         self, preset: presets.Preset, device: str | torch.device = "cpu", dtype="default", engine="auto"
     ):
         check_dtype(dtype)
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+        check_engine(engine)
         self.preset, self.device, self.policy, self.engine = preset, resolve_device(device), dtype, engine
         self._lm: dict = {}
+        self._engines: dict = {}  # (which, engine) -> the resolved engine, read once per sweep
 
     def __getitem__(self, which: str) -> LM:
         return self.get(which)
@@ -89,9 +89,11 @@ class Models:
         engine = engine or self.engine
         if engine != "auto":
             return engine
-        path = self.preset.model(which)
-        cfg = AutoConfig.from_pretrained(path) if Path(path).is_dir() else self.get(which).model.config
-        return "hf" if why_not_lean(cfg, self.dtype(which)) else "lean"
+        if which not in self._engines:
+            path = self.preset.model(which)
+            cfg = AutoConfig.from_pretrained(path) if Path(path).is_dir() else self.get(which).model.config
+            self._engines[which] = "hf" if why_not_lean(cfg, self.dtype(which)) else "lean"
+        return self._engines[which]
 
     def _local_dtype(self, path: str) -> torch.dtype | None:
         """The resolved dtype of a local folder, read from its weights without loading them; None
@@ -169,7 +171,6 @@ def plan(
     check_count("warmup", warmup, minimum=0)
     p = with_checkpoints(presets.get(preset), checkpoints)
     models = models or Models(p, device, dtype, engine)
-    use = "hf" if config.method in ("generate", "assisted") else config.engine  # HF's own generate
     ex = examples(p, split, n_examples) if loaded is None else loaded
     if loaded is not None and (loaded.split, len(loaded)) != (split, n_examples):
         have = f"{len(loaded)} {loaded.split} examples"
@@ -179,7 +180,7 @@ def plan(
         "examples": cache.examples_hash(ex.pairs), "code": cache.code_version(),
         "models": {w: models.identity(w) for w in config.needs()},
         "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
-        "engines": {w: models.engine_of(w, use) for w in config.needs()},
+        "engines": {w: models.engine_of(w, config.runs_on) for w in config.needs()},
         "device": models.device.type, "threads": threads, "warmup": warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip

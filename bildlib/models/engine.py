@@ -75,10 +75,14 @@ def why_not_lean(config, dtype: torch.dtype, arch: str | None = None) -> str | N
     return None
 
 
-def make(model, engine: str = "auto", name: str = "model"):
-    """The engine object for `model`: lean or hf as asked ("auto": lean where supported)."""
+def check_engine(engine) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+
+
+def make(model, engine: str = "auto", name: str = "model"):
+    """The engine object for `model`: lean or hf as asked ("auto": lean where supported)."""
+    check_engine(engine)
     if engine == "hf":
         return HF(model)
     why = why_not_lean(model.config, model.dtype, type(model).__name__)

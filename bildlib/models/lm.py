@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from bildlib.models.engine import ENGINES, HF, make
+from bildlib.models.engine import HF, check_engine, make
 from bildlib.models.load import check_same_vocab, load_model
 
 
@@ -39,8 +39,7 @@ class LM:
         self.partners = weakref.WeakSet()  # large models check_pair accepted this one with
         self.eos = tokenizer.eos_token_id
         self.ids: list[int] = []
-        self._started = False
-        self.source = None  # (1, S): the current source (or prompt)
+        self.source = None  # (1, S): the current source (or prompt); None before start()
         self._source = None  # (1, S) source or prompt not yet encoded / prefilled
 
     @classmethod
@@ -53,8 +52,7 @@ class LM:
     ) -> LM:
         """A folder or hub id (see models.load.locate) on `device` in `dtype` (resolve_dtype),
         run by `engine` ("auto": lean where supported, "lean", "hf"; models.engine)."""
-        if engine not in ENGINES:  # before loading anything
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+        check_engine(engine)  # before loading anything
         model, tok = load_model(path, device, dtype)
         return cls(model, tok, str(path), engine)
 
@@ -69,7 +67,7 @@ class LM:
         """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
         prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
         x = check_source(source_ids, self.vocab).to(self.device)  # (1, S)
-        self.ids, self.source, self._source, self._started = [], x, x, True
+        self.ids, self.source, self._source = [], x, x
         if self.is_encoder_decoder:
             return int(self.model.config.decoder_start_token_id)
         return int(x[0, -1])
@@ -81,7 +79,7 @@ class LM:
 
     @torch.inference_mode()
     def forward(self, tokens: list[int]) -> torch.Tensor:
-        if not self._started:
+        if self.source is None:
             raise RuntimeError(f"{self.name}: call start() before forward()")
         if not tokens:
             raise ValueError("forward() needs at least one token")
