@@ -76,7 +76,9 @@ def compute(jobs: list, flush_every: int = 20, progress: bool = True) -> list[pd
         return [out[i] for i in range(len(jobs))]
     cache.check_writable(jobs[todo[0]].path.parent)
     with ExitStack() as locks:
-        for i in todo:
+        # in one global order (by file name): two sweeps that share configurations listed in
+        # different orders would otherwise each hold one lock and wait for the other's forever
+        for i in sorted(todo, key=lambda i: jobs[i].path):
             locks.enter_context(cache.exclusive(jobs[i].path, jobs[i].config.label))
         for i in list(todo):  # another process may have finished some while we waited
             if (df := jobs[i].cached()) is not None:
