@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bildlib.models.lean_common import Buffers, act_fn, fuse, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend, fuse, rms
 
 
 class LeanT5:
@@ -93,12 +93,12 @@ class LeanT5:
         q, kk, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # (H, k, dh) each
         if i is not None:  # write this call's keys and values, attend to the whole prefix
             kk, v = self.kv.put(i, kk, v, pos)
-        a = F.scaled_dot_product_attention(q, kk, v, attn_mask=bias, scale=1.0)  # T5: no 1/sqrt(dh)
+        a = attend(q, kk, v, bias)  # (H, k, dh)
         x = x + F.linear(a.transpose(0, 1).reshape(k, H * dh), w["o"])
         if i is not None:  # cross-attention over the source, K/V from begin()
             q = F.linear(rms(x, w["ln1"], self.eps), w["cq"]).view(k, H, dh).transpose(0, 1)
             ck, cv = self.cross[i]
-            a = F.scaled_dot_product_attention(q, ck, cv, scale=1.0)
+            a = attend(q, ck, cv, None)
             x = x + F.linear(a.transpose(0, 1).reshape(k, H * dh), w["co"])
         h = rms(x, w["lnf"], self.eps)
         if self.gated:
