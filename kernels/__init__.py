@@ -21,6 +21,7 @@ if __name__ == "bildlib.kernels":
 
     from . import reference as ref
     from .reference import nucleus_ref as nucleus  # a sort; no kernel of ours beats torch.sort here
+    from .reference import saturation_ref as saturation  # one d-long dot product: torch's is enough
 
     def _triton(*xs: torch.Tensor) -> bool:
         """Triton for CUDA tensors when it is installed; the torch reference otherwise."""
@@ -52,6 +53,9 @@ if __name__ == "bildlib.kernels":
             return triton_policy.speculative_accept(logits_large, logits_small, draft, uniforms)
         return ref.speculative_accept_ref(logits_large, logits_small, draft, uniforms)
 
-    __all__ = ["HAS_TRITON", "max_prob", "nucleus", "rollback_distance", "sample", "speculative_accept"]
+    __all__ = [
+        "HAS_TRITON", "max_prob", "nucleus", "rollback_distance", "sample", "saturation",
+        "speculative_accept",
+    ]  # fmt: skip
 else:  # found as top-level `kernels`: not ours to provide under that name
     del __file__  # a namespace folder has no __file__; transformers then skips it

@@ -90,3 +90,8 @@ def nucleus_ref(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1
     drop_sorted = before >= top_p  # (k, V) in sorted order
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return x.masked_fill(drop, float("-inf"))
+
+
+def saturation_ref(prev: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """CALM's hidden-state saturation: cosine similarity of each row of prev and new (k, d), fp32."""
+    return torch.nn.functional.cosine_similarity(prev.float(), new.float(), dim=-1, eps=1e-12)

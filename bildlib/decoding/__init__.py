@@ -1,18 +1,20 @@
 """BiLD (Algorithm 1 of Kim et al. 2023) and the decoders it is compared with, at batch 1.
 
 One module per decoder: `bild` (Algorithm 1, its ablations, the authors' rules), `vanilla`,
-`speculative`, `oracle`, and `hf` (transformers' generate and assisted generation, the peers
-a user would pick instead); `trace` records what a decoder did and `policy` picks tokens (greedy or
-nucleus sampling). Every decoder drives `bildlib.models.LM` adapters and keeps one list,
-seq = [bos] + output; a model whose cache holds seq[:n] runs seq[n:] in one call (Trace.call),
-and row i of the returned logits predicts seq[n + 1 + i]. Policy arithmetic (max probability,
--log p, sampling, acceptance) goes through bildlib.kernels. Each decoder returns (ids, Trace).
+`speculative`, `oracle`, `calm` (confident adaptive early exit), and `hf` (transformers' generate
+and assisted generation, the peers a user would pick instead); `trace` records what a decoder did
+and `policy` picks tokens (greedy or nucleus sampling). Every decoder drives `bildlib.models.LM`
+adapters and keeps one list, seq = [bos] + output; a model whose cache holds seq[:n] runs seq[n:]
+in one call (Trace.call), and row i of the returned logits predicts seq[n + 1 + i]. Policy
+arithmetic (max probability, -log p, sampling, acceptance, saturation) goes through
+bildlib.kernels. Each decoder returns (ids, Trace).
 
     from bildlib import decoding as D
     out, trace = D.bild(small, large, src, fallback=0.5, rollback=3.0)
 """
 
 from bildlib.decoding.bild import RULES, BildSettings, bild, first_rollback
+from bildlib.decoding.calm import MEASURES, calm, calm_threshold
 from bildlib.decoding.hf import hf_assisted, hf_generate
 from bildlib.decoding.oracle import oracle
 from bildlib.decoding.policy import Policy, Sampling
@@ -21,7 +23,6 @@ from bildlib.decoding.trace import Trace
 from bildlib.decoding.vanilla import vanilla
 
 __all__ = [
-    "RULES", "BildSettings", "Policy", "Sampling", "Trace", "bild", "first_rollback", "hf_assisted",
-    "hf_generate", "oracle",
-    "speculative_sampling", "vanilla",
+    "MEASURES", "RULES", "BildSettings", "Policy", "Sampling", "Trace", "bild", "calm", "calm_threshold",
+    "first_rollback", "hf_assisted", "hf_generate", "oracle", "speculative_sampling", "vanilla",
 ]  # fmt: skip

@@ -22,6 +22,7 @@ class Trace:
     fallbacks: int = 0  # small tokens dropped for low confidence (one per fallback)
     rollbacks: int = 0
     rolled_back: int = 0  # small tokens discarded by rollbacks (or rejected drafts)
+    exits: list[int] = field(default_factory=list)  # CALM: the decoder layer each token exited at
 
     @property
     def discarded(self) -> int:

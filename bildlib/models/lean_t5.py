@@ -80,6 +80,14 @@ class LeanT5:
             x = self.layer(i, x, pos)
         return self.head(x)
 
+    def fill(self, i: int, x: torch.Tensor, pos: int) -> None:
+        """Layer i's keys and values at [pos, pos + k) projected from x (k, d), the hidden state of
+        an earlier exit (CALM's state propagation): later tokens that run layer i attend to them."""
+        k, n = x.shape[0], self.H * self.dh
+        w = self.dec[i]
+        kv = F.linear(rms(x, w["ln0"], self.eps), w["qkv"][n:]).view(k, 2, self.H, self.dh).transpose(0, 2)
+        self.kv.put(i, kv[:, 0], kv[:, 1], pos)  # kv: (H, 2, k, dh)
+
     def crop(self, drop: int) -> None:
         """Nothing to do: the caller's lengths decide what the next call reads and overwrites."""
 

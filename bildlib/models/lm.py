@@ -30,7 +30,8 @@ class LM:
 
     def __init__(self, model, tokenizer, name: str = "model", engine: str = "auto"):
         self.model, self.tok, self.name = model.eval(), tokenizer, name
-        self.impl = make(self.model, engine, name)  # runs the calls (models.engine)
+        # runs the calls (models.engine); an engine object is taken as is (models.early_exit's views)
+        self.impl = make(self.model, engine, name) if isinstance(engine, str) else engine
         self.engine = "hf" if isinstance(self.impl, HF) else "lean"
         self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
         self.device = model.device
@@ -78,14 +79,20 @@ class LM:
         return self._source is not None
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int]) -> torch.Tensor:
+    def begin(self) -> None:
+        """Encode (or prefill) the source now if it waits; forward() calls it. A decoder that
+        drives the engine a layer at a time (decoding.calm) calls it first."""
         if self.source is None:
             raise RuntimeError(f"{self.name}: call start() before forward()")
-        if not tokens:
-            raise ValueError("forward() needs at least one token")
         if self._source is not None:
             self.impl.begin(self._source)
             self._source = None
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int]) -> torch.Tensor:
+        if not tokens:
+            raise ValueError("forward() needs at least one token")
+        self.begin()
         x = torch.tensor(tokens, dtype=torch.long, device=self.device)  # (k,)
         logits = self.impl.forward(x, len(self.ids))
         self.ids += tokens

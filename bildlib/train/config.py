@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bildlib import REPO_ROOT
 from bildlib.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
+from bildlib.train.exits import EXIT_LOSSES
 
 MAX_LEN = 128  # tokens, source and target; Multi30k's longest sentence has 60
 
@@ -35,6 +36,8 @@ class TrainConfig:
     device: str = "auto"
     bf16: bool = True  # autocast matmuls to bf16 (about 2x faster on CPUs with AVX512-BF16, and on GPUs)
     save_dtype: str = "float32"  # "bfloat16" halves the files; config.json keeps float32, so loading upcasts
+    exits: str = ""  # loss over exits (train.exits): "" last layer, "ee" (L_e + L_n) / 2, "calm" sum i L_i
+    exit_layer: int = 1  # "ee": the exit layer e (1-based), the early-exit BiLD model's small view
 
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "n_val"):
@@ -48,6 +51,8 @@ class TrainConfig:
             raise ValueError(f"optimizer must be 'adamw' or 'adafactor', got {self.optimizer!r}")
         if self.save_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"save_dtype must be 'float32' or 'bfloat16', got {self.save_dtype!r}")
+        if self.exits not in EXIT_LOSSES:
+            raise ValueError(f"exits must be one of {EXIT_LOSSES}, got {self.exits!r}")
         if self.model.get("num_decoder_layers", 0) > self.model.get("num_layers", 6):
             # transformers sizes generate()'s T5 cache by the encoder's depth (num_hidden_layers)
             raise ValueError("model: num_decoder_layers > num_layers breaks generate() in transformers 5")
@@ -64,6 +69,8 @@ CALIBRATION = "data/calibration/multi30k-large-train.parquet"
 # slower (README, "Model pair"). All saved in bf16 so the three checkpoints fit the 60 MB budget.
 _RECIPE = dict(optimizer="adafactor", lr=3e-2, warmup_steps=200, save_dtype="bfloat16")
 _SMALL = dict(model=SMALL, epochs=4, batch_size=64, **_RECIPE)
+_EXITS = dict(init_from="data/checkpoints/multi30k-large", epochs=3, batch_size=128, **_RECIPE)
+_EXITS["lr"] = 1e-2  # a fine-tune: the continued-aligned preset's step size
 PRESETS = {
     "multi30k-small": TrainConfig(out="data/checkpoints/multi30k-small", **_SMALL),
     "multi30k-large": TrainConfig(
@@ -80,6 +87,10 @@ PRESETS = {
         targets=CALIBRATION,
         **{**_SMALL, "model": {}, "epochs": 4, "lr": 1e-2},
     ),
+    # early exit (paper 4.4, issue 16): the shipped large fine-tuned with exits. Not committed (the
+    # tracked tree must stay under 60 MB): `make models-ee` builds them (README, "Early exit")
+    "multi30k-ee": TrainConfig(out="data/checkpoints/multi30k-ee", exits="ee", **_EXITS),
+    "multi30k-calm": TrainConfig(out="data/checkpoints/multi30k-calm", exits="calm", **_EXITS),
 }
 
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
 from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
@@ -21,6 +20,7 @@ from bildlib.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
 from bildlib.train.align import read_calibration
 from bildlib.train.config import MAX_LEN, TrainConfig, _path
+from bildlib.train.exits import exit_weights, multi_exit_loss
 
 
 def training_pairs(cfg: TrainConfig) -> list[tuple[str, str]]:
@@ -170,6 +170,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         log = state["log"]
     out.mkdir(parents=True, exist_ok=True)
 
+    weights = exit_weights(cfg.exits, model.config.num_decoder_layers, cfg.exit_layer)  # {layer: w}
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
     for epoch in range(len(log["epochs"]) + 1, cfg.epochs + 1):
         t0, total, count = time.time(), 0.0, 0
@@ -181,16 +182,8 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         )
         for idx in bar:
             b = collate(src, tgt, idx, device)
-            with torch.autocast(**autocast):
-                logits = model(
-                    input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]
-                ).logits
-            loss = F.cross_entropy(
-                logits.float().flatten(0, 1),
-                b["labels"].flatten(),
-                ignore_index=-100,
-                label_smoothing=cfg.label_smoothing,
-            )
+            with torch.autocast(**autocast):  # the exits' cross-entropies are taken in fp32
+                loss = multi_exit_loss(model, b, weights, cfg.label_smoothing)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
             opt.step()
