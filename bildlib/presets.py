@@ -31,12 +31,31 @@ class Preset:
     rollback_grid: tuple[float, ...]
     max_new_tokens: int = 128
     prefix: str = ""  # prepended to each source; T5 summarization uses "summarize: "
+    ee: str | None = None  # early-exit model (fig6): its first `exit_layer` decoder layers are BiLD's small
+    calm: str | None = None  # the same base trained with CALM's weighted exits (fig7)
+    exit_layer: int = 1
 
     def model(self, which: str) -> str:
-        """The checkpoint of `which` ("small", "aligned" or "large"): a local folder or a hub id."""
-        if which not in ("small", "aligned", "large"):
-            raise ValueError(f"which must be 'small', 'aligned' or 'large', got {which!r}")
-        return locate(getattr(self, which))
+        """The checkpoint of `which` ("small", "aligned", "large", "ee" or "calm"): a local folder
+        or a hub id. The early-exit models are built, not shipped: a missing one is an error that
+        says how to build it."""
+        if which not in MODEL_NAMES:
+            raise ValueError(f"which must be one of {', '.join(MODEL_NAMES)}, got {which!r}")
+        name = getattr(self, which)
+        if name is None:
+            raise ValueError(f"preset {self.name} has no {which} model (early exit runs on multi30k)")
+        try:
+            return locate(name)
+        except FileNotFoundError as e:
+            if which in ("ee", "calm"):
+                raise FileNotFoundError(
+                    f"{name} does not exist: the early-exit models are built, not "
+                    "shipped; `make models-ee` trains them (README, Early exit)"
+                ) from e
+            raise
+
+
+MODEL_NAMES = ("small", "aligned", "large", "ee", "calm")
 
 
 def _paper(task: str, dataset: str, family: str, summarization: bool) -> Preset:
@@ -71,6 +90,8 @@ PRESETS = {
         fallback_grid=(0.2, 0.3, 0.4, 0.5, 0.6),
         rollback_grid=(0.5, 1.0, 2.0, 3.0),
         max_new_tokens=64,
+        ee="data/checkpoints/multi30k-ee",
+        calm="data/checkpoints/multi30k-calm",
     ),
     "iwslt2017-mt5": _paper("iwslt2017", "iwslt2017", "mT5", summarization=False),
     "wmt2014-mt5": _paper("wmt2014", "wmt14", "mT5", summarization=False),

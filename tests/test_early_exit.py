@@ -216,3 +216,30 @@ def test_tracked_files_stay_under_60_mb():
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     total = sum((REPO / f).stat().st_size for f in files.decode().split("\0") if f and (REPO / f).exists())
     assert total < 60_000_000, f"tracked files total {total / 1e6:.1f} MB"
+
+
+def test_early_exit_configurations_and_their_errors():
+    import dataclasses
+
+    from bildlib import presets
+    from bildlib.experiments.config import Config
+
+    c = Config("calm", "calm", threshold=0.9, tau=4.0, measure="state")
+    assert c.label == "calm-state-l0.9-tau4" and c.needs() == ["calm"]
+    assert Config("bild", "ee", fallback=0.5, rollback=1.0).needs() == ["ee"]
+    assert Config("vanilla", "ee").needs() == ["ee"]
+    for bad, match in (
+        (dict(method="calm", model="small", threshold=0.9, tau=0.0, measure="state"), "calm"),
+        (dict(method="bild", model="calm", fallback=0.5, rollback=1.0), "calm"),
+        (dict(method="calm", model="calm", threshold=1.2, tau=0.0, measure="state"), "threshold"),
+        (dict(method="calm", model="calm", threshold=0.9, tau=-1.0, measure="state"), "tau"),
+        (dict(method="calm", model="calm", threshold=0.9, tau=0.0, measure="entropy"), "measure"),
+        (dict(method="speculative", model="ee", window=4), "ee"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            Config(**bad)
+    p = dataclasses.replace(presets.get("multi30k"), ee="data/checkpoints/not-built-ee")
+    with pytest.raises(FileNotFoundError, match="make models-ee"):
+        p.model("ee")
+    with pytest.raises(ValueError, match="no ee model"):
+        presets.get("xsum-t5").model("ee")

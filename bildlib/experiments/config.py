@@ -6,14 +6,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from bildlib import presets
-from bildlib.decoding import RULES, Sampling
+from bildlib.decoding import MEASURES, RULES, Sampling
 from bildlib.decoding.bild import BildSettings
 from bildlib.decoding.common import check_count, check_threshold
 
 HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
-METHODS = ("vanilla", "bild", "speculative", "oracle", *HF_METHODS)
+METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
 ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
-MODELS = ("small", "aligned", "large")
+MODELS = ("small", "aligned", "large", "ee", "calm")
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,10 @@ class Config:
     temperature 0 is greedy; above it, nucleus sampling with top_p and seed. "generate" and
     "assisted" are transformers' greedy generate (model large) and assisted generation
     (decoding.hf; window: num_assistant_tokens, threshold: assistant_confidence_threshold, None:
-    HF's defaults). engine: models.engine's "auto", "lean" or "hf", or None: the run's."""
+    HF's defaults). engine: models.engine's "auto", "lean" or "hf", or None: the run's.
+    Early exit (issue 16): "bild" with model "ee" is early-exit BiLD, the ee model's first layers
+    against all of them (models.early_exit); "calm" runs model "calm" with threshold lambda, tau
+    and measure (decoding.calm); "vanilla" runs either model whole."""
 
     method: str  # "vanilla" | "bild" | "speculative" | "oracle" | "generate" | "assisted"
     model: str = "small"
@@ -40,6 +43,8 @@ class Config:
     seed: int = 0
     repeat: int = 0  # repeated runs of one configuration (the vanilla-large baseline)
     engine: str | None = None
+    tau: float | None = None  # calm: the threshold's decay (decoding.calm_threshold)
+    measure: str | None = None  # calm: "state" or "softmax"
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -54,6 +59,11 @@ class Config:
             raise ValueError(f"generate runs the large model: model must be 'large', got {self.model!r}")
         if self.method not in ("vanilla", "generate") and self.model == "large":
             raise ValueError(f"{self.method} needs a small model (small or aligned), got model='large'")
+        if (self.method == "calm") != (self.model == "calm") and self.method != "vanilla":
+            raise ValueError(f"calm runs model 'calm' and model 'calm' runs calm or vanilla; got "
+                             f"method {self.method!r} with model {self.model!r}")  # fmt: skip
+        if self.model == "ee" and self.method not in ("vanilla", "bild"):
+            raise ValueError(f"model 'ee' runs vanilla or early-exit bild, not {self.method!r}")
         if self.rules not in RULES or (self.rules != "ours" and self.method != "bild"):
             raise ValueError(f"rules must be one of {', '.join(RULES)} (bild only), got {self.rules!r}")
         Sampling(self.temperature, self.top_p, self.seed)  # checks the three
@@ -65,6 +75,13 @@ class Config:
                          self.sampling, verify_end=self.verify_end, rules=self.rules)  # fmt: skip
         elif self.method == "oracle":
             check_threshold("threshold", self.threshold, 0, 1)
+        elif self.method == "calm":
+            check_threshold("threshold", self.threshold, 0, 1)
+            check_threshold("tau", self.tau, 0)
+            if self.measure not in MEASURES:
+                raise ValueError(f"measure must be one of {', '.join(MEASURES)}, got {self.measure!r}")
+            if self.sampling is not None:
+                raise ValueError("calm is greedy here: temperature must be 0")
         elif self.method == "speculative":
             check_count("window", self.window)
         elif self.method == "assisted":
@@ -96,6 +113,8 @@ class Config:
             return f"vanilla-{self.model}" + end + (f"#{self.repeat}" if self.repeat else "")
         if self.method == "oracle":
             return f"oracle-{self.model}-t{self.threshold}"
+        if self.method == "calm":
+            return f"calm-{self.measure}-l{self.threshold}-tau{self.tau:g}"
         if self.method == "generate":
             return "hf-generate" + (f"#{self.repeat}" if self.repeat else "")
         if self.method == "assisted":
@@ -111,7 +130,8 @@ class Config:
 
     def needs(self) -> list[str]:
         """The models this configuration runs."""
-        return [self.model] if self.method in ("vanilla", "generate") else [self.model, "large"]
+        alone = self.method in ("vanilla", "generate", "calm") or self.model == "ee"
+        return [self.model] if alone else [self.model, "large"]
 
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]

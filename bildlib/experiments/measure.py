@@ -23,7 +23,12 @@ def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[in
         return D.vanilla(models.get(c.model, engine), src, sampling=c.sampling, **kw)
     if c.method == "generate":
         return D.hf_generate(models.get("large", engine), src, **kw)
-    small, large = models.get(c.model, engine), models.get("large", engine)
+    if c.method == "calm":
+        return D.calm(models.get("calm", engine), src, c.threshold, c.tau, c.measure, **kw)
+    if c.model == "ee":  # early-exit BiLD: the ee model's first layers against all of them
+        small, large = models.views(engine)
+    else:
+        small, large = models.get(c.model, engine), models.get("large", engine)
     if c.method == "assisted":
         return D.hf_assisted(small, large, src, c.window, c.threshold, **kw)
     if c.method == "oracle":

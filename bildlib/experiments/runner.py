@@ -40,6 +40,7 @@ from bildlib.models import (
     stored_dtype,
     why_not_lean,
 )
+from bildlib.models.early_exit import exit_views
 
 
 def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
@@ -79,10 +80,22 @@ class Models:
             else:
                 path = self.preset.model(which)
                 lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy, engine)
-            if which != "large":
+            if which in ("small", "aligned"):  # BiLD's small models; ee and calm stand alone
                 check_pair(lm, self.get("large", engine))
             self._lm[which, engine] = lm
         return self._lm[which, engine]
+
+    def views(self, engine: str | None = None) -> tuple[LM, LM]:
+        """(small view, large view) of the preset's early-exit model (models.early_exit): its first
+        `exit_layer` decoder layers and all of them, on one lean engine over the weights get("ee")
+        loaded. Early exit runs a layer at a time, so engine "hf" is an error."""
+        engine = engine or self.engine
+        if engine == "hf":
+            raise ValueError("engine: early-exit BiLD runs the lean engine (a layer at a time), not 'hf'")
+        if "views" not in self._lm:
+            full = self.get("ee", "lean")
+            self._lm["views"] = exit_views(full.model, full.tok, full.name, self.preset.exit_layer)
+        return self._lm["views"]
 
     def engine_of(self, which: str, engine: str | None = None) -> str:
         """The engine `which` runs on ("lean" or "hf"), from its config, without its weights."""

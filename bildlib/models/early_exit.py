@@ -111,19 +111,24 @@ class ExitLM(LM):
         return super().start(source_ids)
 
 
+def exit_views(model, tok, name: str, exit_layer: int = 1) -> tuple[ExitLM, ExitLM]:
+    """(small view, large view) of a loaded T5 / mT5 on one lean engine, for bild(small, large)."""
+    t5 = make(model, "lean", name)
+    if not isinstance(t5, LeanT5):
+        raise ValueError(f"{name}: early exit needs a T5 / mT5 encoder-decoder, got {t5.arch}")
+    shared = Shared(t5, exit_layer)
+    small = ExitLM(model, tok, View(shared, deep=False), f"{name}@layer{exit_layer}")
+    large = ExitLM(model, tok, View(shared, deep=True), name)
+    check_pair(small, large)
+    return small, large
+
+
 def early_exit_pair(
     path: str | Path, exit_layer: int = 1, device="cpu", dtype="default", engine: str = "lean"
 ) -> tuple[ExitLM, ExitLM]:
-    """(small view, large view) of one T5 checkpoint, for bild(small, large, ...)."""
+    """exit_views of one checkpoint (a folder or hub id, loaded as models.load_model does)."""
     check_engine(engine)
     if engine == "hf":
         raise ValueError("engine: early exit runs the lean engine (a layer at a time); 'hf' cannot")
     model, tok = load_model(path, device, dtype)
-    t5 = make(model, "lean", str(path))
-    if not isinstance(t5, LeanT5):
-        raise ValueError(f"{path}: early exit needs a T5 / mT5 encoder-decoder, got {t5.arch}")
-    shared = Shared(t5, exit_layer)
-    small = ExitLM(model, tok, View(shared, deep=False), f"{path}@layer{exit_layer}")
-    large = ExitLM(model, tok, View(shared, deep=True), str(path))
-    check_pair(small, large)
-    return small, large
+    return exit_views(model, tok, str(path), exit_layer)
