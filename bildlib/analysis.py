@@ -10,9 +10,11 @@ import pandas as pd
 def vanilla_large(frame: pd.DataFrame) -> pd.DataFrame:
     """The vanilla-large rows of a sweep's rows or of a summarize() table: the baseline (a sweep's
     baselines all decode as its `sampling` says, on the run's engine: a vanilla large with an
-    engine of its own, as in the peers notebook, is a configuration like any other)."""
+    engine of its own, as in the peers notebook, is a configuration like any other). The
+    baseline model is frame.attrs["baseline"] when a sweep set one ("ee": early exit's full model)."""
     own = frame["engine"].fillna("").eq("") if "engine" in frame else True
-    return frame[(frame["method"] == "vanilla") & (frame["model"] == "large") & own]
+    model = frame.attrs.get("baseline", "large")
+    return frame[(frame["method"] == "vanilla") & (frame["model"] == model) & own]
 
 
 def _best(rows: pd.DataFrame, by: str) -> pd.Series | None:

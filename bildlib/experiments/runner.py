@@ -230,6 +230,7 @@ def sweep(
     progress: bool = True,
     flush_every: int = 20,
     sampling: Sampling | None = None,
+    baseline: str = "large",
     **kw,
 ) -> pd.DataFrame:
     """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
@@ -237,15 +238,19 @@ def sweep(
     Every configuration is checked and keyed (plan) before the first example runs. Other
     arguments as run. sampling: the baselines' decoding (None: greedy; a sampled sweep compares
     with vanilla decoding under the same sampling). A configuration timed on a busy machine
-    (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True."""
+    (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True.
+    baseline: the model of the baseline ("large"; "ee" for early exit, whose speedups are against
+    the full early-exit model), recorded in the result's attrs for analysis."""
     check_count("baseline_repeats", baseline_repeats)
     configs = list(configs)
     if not configs:
         raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
     if bad := [c for c in configs if not isinstance(c, Config)]:
         raise TypeError(f"configs must hold experiments.Config objects, got {bad[0]!r}")
-    base = [vanilla("large", r, sampling) for r in range(baseline_repeats)]
-    smalls = sorted({c.model for c in configs if c.model != "large"})
+    if baseline not in ("large", "ee"):
+        raise ValueError(f"baseline must be 'large' or 'ee', got {baseline!r}")
+    base = [vanilla(baseline, r, sampling) for r in range(baseline_repeats)]
+    smalls = sorted({c.model for c in configs if c.model != baseline})
     todo = [base[0]] + [vanilla(m, sampling=sampling) for m in smalls] + configs
     mid = len(todo) // 2
     todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
@@ -279,5 +284,6 @@ def sweep(
         "preset": preset,
         "metric": frames[0].attrs["metric"],
         "signature": frames[0].attrs["signature"],
+        "baseline": baseline,
     }
     return out
