@@ -12,7 +12,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full bench bench-grid tokenizer models models-ee cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full bench bench-grid tokenizer models models-ee figures-ee cards clean-venv
 
 setup: $(STAMP)
 
@@ -97,6 +97,14 @@ models: $(STAMP)
 models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
+
+# fig7 then fig6 (fig6 reuses fig7's early-exit rows, so early-exit BiLD and CALM share one run)
+figures-ee: models-ee
+	@mkdir -p build/notebooks
+	@for nb in fig7 fig6; do \
+	  echo "== $$nb"; \
+	  $(PAPERMILL) notebooks/$$nb.ipynb build/notebooks/$$nb.ipynb || exit 1; \
+	done
 
 cards: $(STAMP)
 	$(BIN)/python -m bildlib.modelcard

@@ -10,7 +10,13 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers"]
+NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers",
+             "fig7", "fig6"]  # fmt: skip
+# fig6 / fig7 run on the shipped large standing in for the early-exit models (make models-ee
+# builds the real ones): its untrained layer-1 exit decodes badly, but every path runs
+STAND_IN = {
+    "checkpoints": {"ee": "data/checkpoints/multi30k-large", "calm": "data/checkpoints/multi30k-large"}
+}
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -63,6 +69,15 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "table5": {"fallbacks": [0.4, 0.6], "rollbacks": [2.0], "seeds": [0, 1]},
         "fig8": grid | {"fallback": 0.6, "rollback": 2.0},  # fig4's rows, cached
         "peers": {"fallbacks": [0.6], "rollbacks": [2.0], "assisted": [[3, 0.2]], "tolerance": 100.0},
+        "fig7": STAND_IN
+        | {
+            "fallbacks": [0.6],
+            "rollbacks": [1.0],
+            "thresholds": [0.0, 1.0],
+            "taus": [0],
+            "two_model": False,
+        },  # fmt: skip
+        "fig6": STAND_IN | {"fallbacks": [0.6], "rollbacks": [1.0]},  # fig7's rows, cached
     }
     for name in NOTEBOOKS:
         papermill.execute_notebook(
@@ -119,6 +134,16 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
                              "vanilla large (hf engine)", "BiLD lossless (exact)"):  # fmt: skip
                 assert h["score"][lossless] == v
             assert len(pd.read_csv(tmp_path / "fig" / "peers_all.csv")) == 11  # 7 peers + 4 BiLD, baselines
+        elif name in ("fig6", "fig7"):  # speedups against the full early-exit model's vanilla decoding
+            s = pd.read_csv(tmp_path / "fig" / f"{name}.csv").set_index("label")
+            assert s["speedup"]["vanilla-ee"] == pytest.approx(1.0, rel=0.2)
+            best = pd.read_csv(tmp_path / "fig" / f"{name}_best.csv")
+            assert set(best["curve"]) == (
+                {"early-exit BiLD", "CALM"} if name == "fig7" else {"early-exit BiLD"}
+            )
+            if name == "fig7":  # lambda 1 never exits: the full model's output and score
+                assert s["score"]["calm-state-l1.0-tau0"] == s["score"]["vanilla-ee"]
+                assert len(pd.read_csv(tmp_path / "fig" / "fig7_matched.csv")) == 5
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()
@@ -131,6 +156,17 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert (s["latency_s"] > 0).all() and s["score"].between(0, 100).all()
     t = pd.read_csv(tmp_path / "fig" / "table1.csv")
     assert list(t["model"]) == ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3
+
+
+def test_a_missing_early_exit_model_names_the_command_that_builds_it(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "papermill", "notebooks/fig6.ipynb", str(tmp_path / "out.ipynb"),
+           "-p", "results_dir", str(tmp_path / "res"), "-p", "out_dir", str(tmp_path / "fig"),
+           "-y", "{checkpoints: {ee: data/checkpoints/not-built-ee}}"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0 and "make models-ee" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
 def test_only_the_default_run_writes_to_figures(capsys):

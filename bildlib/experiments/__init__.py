@@ -13,11 +13,22 @@ bildlib.cost). Reading the results is bildlib.analysis.
 
 from bildlib.experiments.cache import RESULTS, code_version
 from bildlib.experiments.calls import calls_of, recording
-from bildlib.experiments.config import FIELDS, Config, bild, bild_grid, sampling_of, speculative, vanilla
+from bildlib.experiments.config import (
+    FIELDS,
+    Config,
+    bild,
+    bild_grid,
+    calm_grid,
+    ee_grid,
+    sampling_of,
+    speculative,
+    vanilla,
+)  # fmt: skip
 from bildlib.experiments.runner import Job, Models, execute, plan, run, sweep, with_checkpoints
 
 __all__ = [
-    "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "calls_of", "code_version",
+    "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "calm_grid", "calls_of",
+    "code_version", "ee_grid",
     "execute", "plan", "recording", "run", "sampling_of", "speculative", "sweep", "vanilla",
     "with_checkpoints",
 ]  # fmt: skip

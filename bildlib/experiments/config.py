@@ -212,6 +212,29 @@ def bild_grid(
     ]
 
 
+def ee_grid(fallbacks, rollbacks) -> list[Config]:
+    """Early-exit BiLD (model "ee": the early-exit model's first layers against all of them) over
+    α_FB × α_RB; the paper's grid is α_FB in [0.2, 0.8] × α_RB in [0.5, 1.5]."""
+    return [
+        bild("ee", fb, rb)
+        for fb in _numbers("fallbacks", fallbacks)
+        for rb in _numbers("rollbacks", rollbacks)
+    ]
+
+
+def calm_grid(thresholds, taus, measure: str = "state") -> list[Config]:
+    """CALM (model "calm") over λ × τ; the paper swept λ in [0.7, 0.98] and τ in {0, 1, 2, 4, 8}."""
+    return [Config("calm", "calm", threshold=lam, tau=tau, measure=measure, max_small_steps=None)
+            for lam in _numbers("thresholds", thresholds) for tau in _numbers("taus", taus)]  # fmt: skip
+
+
+def _numbers(name: str, vals) -> list:
+    if isinstance(vals, str) or not vals or not all(isinstance(v, int | float) for v in vals):
+        raise ValueError(f"{name} must be a non-empty list of numbers, got {vals!r} "
+                         f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')")  # fmt: skip
+    return list(vals)
+
+
 MODES = ("greedy", "sampled")
 
 

@@ -46,10 +46,13 @@ from bildlib.models.early_exit import exit_views
 def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
     """The preset with some of its small / aligned / large checkpoints replaced (folders relative
     to the working directory or the repository root, or hub ids; see models.locate)."""
-    bad = set(checkpoints or {}) - {"small", "aligned", "large"}
+    bad = set(checkpoints or {}) - set(presets.MODEL_NAMES)
     if bad:
-        raise ValueError(f"checkpoints: keys must be small, aligned or large, got {sorted(bad)}")
-    return dataclasses.replace(p, **{k: locate(v) for k, v in (checkpoints or {}).items()})
+        raise ValueError(f"checkpoints: keys must be {', '.join(presets.MODEL_NAMES)}, got {sorted(bad)}")
+    # ee and calm are found when used (Preset.model says how to build a missing one)
+    return dataclasses.replace(
+        p, **{k: v if k in ("ee", "calm") else locate(v) for k, v in (checkpoints or {}).items()}
+    )
 
 
 class Models:
