@@ -97,6 +97,7 @@ models: $(STAMP)
 models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
+	$(BIN)/python -m bildlib.modelcard_ee
 
 # fig7 then fig6 (fig6 reuses fig7's early-exit rows, so early-exit BiLD and CALM share one run)
 figures-ee: models-ee
