@@ -100,7 +100,7 @@ models-ee: $(STAMP)
 	$(BIN)/python -m bildlib.modelcard_ee
 
 # fig7 then fig6 (fig6 reuses fig7's early-exit rows, so early-exit BiLD and CALM share one run)
-figures-ee: models-ee
+figures-ee: $(STAMP)
 	@mkdir -p build/notebooks
 	@for nb in fig7 fig6; do \
 	  echo "== $$nb"; \
