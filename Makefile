@@ -90,6 +90,7 @@ models: $(STAMP)
 	$(TRAIN) multi30k-small $(TRAIN_ARGS)
 	$(TRAIN) multi30k-small-aligned $(TRAIN_ARGS)
 	$(MAKE) cards
+	$(MAKE) models-ee
 
 # The early-exit models of fig6 / fig7 (issue 16): the shipped large fine-tuned with two exits
 # (multi30k-ee) and with CALM's weighted exits (multi30k-calm). Not committed (the tracked tree
