@@ -263,3 +263,17 @@ def test_early_exit_model_card_measures_every_exit(tmp_path, multi30k_dir):
     assert "½(L_1 + L_4)" in text and f"| {LAYERS} (full model) |" in text
     with pytest.raises(FileNotFoundError, match="make models-ee"):
         modelcard_ee.measure("multi30k-calm", folder=tmp_path)
+
+
+def test_models_load_more_after_the_early_exit_views(ckpt):
+    """Models keeps the views apart from its (model, engine) table: every later get() still works."""
+    import dataclasses
+
+    from bildlib import presets
+    from bildlib.experiments import Models
+
+    m = Models(dataclasses.replace(presets.get("multi30k"), ee=str(ckpt), calm=str(ckpt)), engine="auto")
+    small, large = m.views()
+    assert m.views() == (small, large) and small.impl.s is large.impl.s
+    assert m.get("calm", "hf").engine == "hf" and m.get("ee", "hf").model is large.model
+    assert m.dtype("ee") == large.model.dtype

@@ -67,7 +67,8 @@ class Models:
         check_dtype(dtype)
         check_engine(engine)
         self.preset, self.device, self.policy, self.engine = preset, resolve_device(device), dtype, engine
-        self._lm: dict = {}
+        self._lm: dict = {}  # (which, engine) -> LM
+        self._views: tuple[LM, LM] | None = None  # the early-exit model's two views (views())
         self._engines: dict = {}  # (which, engine) -> the resolved engine, read once per sweep
 
     def __getitem__(self, which: str) -> LM:
@@ -95,10 +96,10 @@ class Models:
         engine = engine or self.engine
         if engine == "hf":
             raise ValueError("engine: early-exit BiLD runs the lean engine (a layer at a time), not 'hf'")
-        if "views" not in self._lm:
+        if self._views is None:
             full = self.get("ee", "lean")
-            self._lm["views"] = exit_views(full.model, full.tok, full.name, self.preset.exit_layer)
-        return self._lm["views"]
+            self._views = exit_views(full.model, full.tok, full.name, self.preset.exit_layer)
+        return self._views
 
     def engine_of(self, which: str, engine: str | None = None) -> str:
         """The engine `which` runs on ("lean" or "hf"), from its config, without its weights."""
@@ -120,7 +121,8 @@ class Models:
     def dtype(self, which: str) -> torch.dtype:
         """The dtype `which` runs in; for a local folder without loading it (a cache hit loads
         no model)."""
-        if which not in self._lm and (dtype := self._local_dtype(self.preset.model(which))):
+        loaded = any(w == which for w, _ in self._lm)
+        if not loaded and (dtype := self._local_dtype(self.preset.model(which))):
             return dtype
         return self.get(which).model.dtype
 
