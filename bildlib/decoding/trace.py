@@ -62,15 +62,18 @@ class Trace:
         logits = model.forward(tokens)
         if logits.is_cuda:
             torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
+        self.record(who, len(tokens), time.perf_counter() - t0)
+        return logits
+
+    def record(self, who: str, tokens: int, seconds: float) -> None:
+        """Count one model call over `tokens` tokens that took `seconds`; who: "S" or "L"."""
         if who == "S":
             self.small_calls += 1
-            self.small_times.append(dt)
+            self.small_times.append(seconds)
         else:
             self.large_calls += 1
-            self.large_call_tokens.append(len(tokens))
-            self.large_times.append(dt)
-        return logits
+            self.large_call_tokens.append(tokens)
+            self.large_times.append(seconds)
 
     def emit(self, seq: list[int], token, who: str) -> None:
         """Append token (an int or a one-element tensor) to seq, written by who ("S" or "L")."""
