@@ -52,12 +52,19 @@ def _frontier(ax, g: pd.DataFrame, color: str, name: str) -> None:
     ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
 
 
+BASELINE_NAME = {"large": ("vanilla large", "vanilla large"), "ee": ("full model", "full early-exit model")}
+
+
 def _reference_lines(ax, s: pd.DataFrame, metric: str):
-    v = float(_vanilla(s, "large")["score"].mean())
-    ax.axhline(v, color="gray", lw=0.8, ls="--", label=f"vanilla large ({v:.2f})")
+    """The baseline's score (the sweep's baseline model, s.attrs["baseline"]; vanilla large by
+    default) as a line and a ✕ at latency 1, and a line one point below."""
+    model = s.attrs.get("baseline", "large")
+    short, long = BASELINE_NAME[model]
+    v = float(_vanilla(s, model)["score"].mean())
+    ax.axhline(v, color="gray", lw=0.8, ls="--", label=f"{short} ({v:.2f})")
     ax.axhline(v - 1, color="gray", lw=0.8, ls=":", label="1 point below")
     ax.scatter([1.0], [v], marker="x", s=80, color="black", zorder=5)
-    ax.set_xlabel("normalized latency (vanilla large = 1)")
+    ax.set_xlabel(f"normalized latency ({long} = 1)")
     ax.set_ylabel(METRIC_NAME.get(metric, metric))
     return v
 

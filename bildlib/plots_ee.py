@@ -7,8 +7,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bildlib.analysis import _best, pareto
-from bildlib.plots import METRIC_NAME, _frontier
+from bildlib.analysis import _best, pareto, vanilla_large
+from bildlib.plots import _frontier, _reference_lines
 
 CURVES = {  # name: (rows of a summary, color)
     "early-exit BiLD": (lambda s: s[(s["method"] == "bild") & (s["model"] == "ee")], "tab:red"),
@@ -22,9 +22,9 @@ CURVES = {  # name: (rows of a summary, color)
 
 def baseline_score(s: pd.DataFrame) -> float:
     """Vanilla decoding of the full early-exit model: the figures' ✕."""
-    v = s[(s["method"] == "vanilla") & (s["model"] == "ee")]
-    if v.empty:
-        raise ValueError("no vanilla-ee rows: run the sweep with baseline='ee'")
+    v = vanilla_large(s)  # the sweep's baseline rows
+    if s.attrs.get("baseline") != "ee" or v.empty:
+        raise ValueError("no vanilla-ee baseline: summarize a sweep run with baseline='ee'")
     return float(v["score"].mean())
 
 
@@ -56,12 +56,8 @@ def matched(s: pd.DataFrame, latencies=(0.5, 0.6, 2 / 3, 0.8, 0.9)) -> pd.DataFr
 
 
 def _axes(ax, s: pd.DataFrame) -> None:
-    ref = baseline_score(s)
-    ax.axhline(ref, color="gray", lw=0.8, ls="--", label=f"full model ({ref:.2f})")
-    ax.axhline(ref - 1, color="gray", lw=0.8, ls=":", label="1 point below")
-    ax.scatter([1.0], [ref], marker="x", s=80, color="black", zorder=5)
-    ax.set_xlabel("normalized latency (full early-exit model = 1)")
-    ax.set_ylabel(METRIC_NAME.get(s.attrs.get("metric", "bleu"), "score"))
+    baseline_score(s)  # an early-exit sweep's summary, or a clear error
+    _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
     ax.legend(fontsize=8)
 
 
