@@ -14,6 +14,7 @@ HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
 ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
 MODELS = ("small", "aligned", "large", "ee", "calm")
+EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what the early-exit models run
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,11 @@ class Config:
             raise ValueError(f"generate runs the large model: model must be 'large', got {self.model!r}")
         if self.method not in ("vanilla", "generate") and self.model == "large":
             raise ValueError(f"{self.method} needs a small model (small or aligned), got model='large'")
-        if (self.method == "calm") != (self.model == "calm") and self.method != "vanilla":
-            raise ValueError(f"calm runs model 'calm' and model 'calm' runs calm or vanilla; got "
-                             f"method {self.method!r} with model {self.model!r}")  # fmt: skip
-        if self.model == "ee" and self.method not in ("vanilla", "bild"):
-            raise ValueError(f"model 'ee' runs vanilla or early-exit bild, not {self.method!r}")
+        if self.model in EARLY_EXIT and self.method not in EARLY_EXIT[self.model]:
+            runs = " or ".join(EARLY_EXIT[self.model])
+            raise ValueError(f"model {self.model!r} runs {runs}, not {self.method!r}")
+        if self.method == "calm" and self.model != "calm":
+            raise ValueError(f"calm runs model 'calm', got model {self.model!r}")
         if self.rules not in RULES or (self.rules != "ours" and self.method != "bild"):
             raise ValueError(f"rules must be one of {', '.join(RULES)} (bild only), got {self.rules!r}")
         Sampling(self.temperature, self.top_p, self.seed)  # checks the three
@@ -188,21 +189,12 @@ def bild_grid(
     """BiLD over the preset's α_FB × α_RB grid, for each small model and each verify_end value
     (decoding.bild; None or False: Algorithm 1, which stops at the small model's EOS unchecked)."""
     p = presets.get(preset)
-    fbs = p.fallback_grid if fallbacks is None else fallbacks
-    rbs = p.rollback_grid if rollbacks is None else rollbacks
-    for name, vals in (("fallbacks", fbs), ("rollbacks", rbs)):
-        if isinstance(vals, str) or not all(isinstance(v, int | float) for v in vals):
-            raise ValueError(
-                f"{name} must be a list of numbers, got {vals!r} "
-                f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')"
-            )
+    fbs = _numbers("fallbacks", p.fallback_grid if fallbacks is None else fallbacks)
+    rbs = _numbers("rollbacks", p.rollback_grid if rollbacks is None else rollbacks)
     if isinstance(verify_end, str) or not all(v in (None, False, True) for v in verify_end):
         raise ValueError(f"verify_end must be a list of true/false, got {verify_end!r}")
     ends = dict.fromkeys(v or None for v in verify_end)  # False is Algorithm 1, as None; once each
-    axes = {"models": models, "fallbacks": fbs, "rollbacks": rbs, "verify_end": ends}
-    empty = [k for k, v in axes.items() if not v]
-    if empty:  # an empty figure with rc 0 would look like a result
-        raise ValueError(f"the BiLD grid is empty: {' and '.join(empty)} has no values")
+    _nonempty("BiLD", models=models, fallbacks=fbs, rollbacks=rbs, verify_end=ends)
     return [
         bild(m, fb, rb, verify_end=v, rules=rules, sampling=sampling)
         for v in ends
@@ -215,24 +207,33 @@ def bild_grid(
 def ee_grid(fallbacks, rollbacks) -> list[Config]:
     """Early-exit BiLD (model "ee": the early-exit model's first layers against all of them) over
     α_FB × α_RB; the paper's grid is α_FB in [0.2, 0.8] × α_RB in [0.5, 1.5]."""
-    return [
-        bild("ee", fb, rb)
-        for fb in _numbers("fallbacks", fallbacks)
-        for rb in _numbers("rollbacks", rollbacks)
-    ]
+    fbs, rbs = _numbers("fallbacks", fallbacks), _numbers("rollbacks", rollbacks)
+    _nonempty("early-exit BiLD", fallbacks=fbs, rollbacks=rbs)
+    return [bild("ee", fb, rb) for fb in fbs for rb in rbs]
 
 
 def calm_grid(thresholds, taus, measure: str = "state") -> list[Config]:
     """CALM (model "calm") over λ × τ; the paper swept λ in [0.7, 0.98] and τ in {0, 1, 2, 4, 8}."""
+    lams, taus = _numbers("thresholds", thresholds), _numbers("taus", taus)
+    _nonempty("CALM", thresholds=lams, taus=taus)
     return [Config("calm", "calm", threshold=lam, tau=tau, measure=measure, max_small_steps=None)
-            for lam in _numbers("thresholds", thresholds) for tau in _numbers("taus", taus)]  # fmt: skip
+            for lam in lams for tau in taus]  # fmt: skip
 
 
 def _numbers(name: str, vals) -> list:
-    if isinstance(vals, str) or not vals or not all(isinstance(v, int | float) for v in vals):
-        raise ValueError(f"{name} must be a non-empty list of numbers, got {vals!r} "
-                         f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')")  # fmt: skip
+    """A grid axis as a list, checked to hold numbers (papermill -p passes a list as a string)."""
+    if isinstance(vals, str) or not all(isinstance(v, int | float) for v in vals):
+        raise ValueError(
+            f"{name} must be a list of numbers, got {vals!r} "
+            f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')"
+        )
     return list(vals)
+
+
+def _nonempty(grid: str, **axes) -> None:
+    """Every axis has values: an empty figure with rc 0 would look like a result."""
+    if empty := [k for k, v in axes.items() if not v]:
+        raise ValueError(f"the {grid} grid is empty: {' and '.join(empty)} has no values")
 
 
 MODES = ("greedy", "sampled")
