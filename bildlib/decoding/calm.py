@@ -76,10 +76,12 @@ def calm(
                 continue
             if measure == "softmax":
                 logits = t5.head(x)  # (1, V)
-                conf = kernels.max_prob(logits[:, : model.width], margin=True)[2]
+                conf = kernels.max_prob(logits[:, : model.width], margin=True)[2].item()
+            elif i > 1:
+                conf = kernels.saturation(prev, x).item()
             else:
-                conf = kernels.saturation(prev, x) if i > 1 else torch.zeros(1)
-            if conf.item() >= lam:  # "exit": one host sync per layer, as CALM's while loop
+                conf = 0.0  # layer 1 has no previous state to saturate against
+            if conf >= lam:  # "exit": .item() is one host sync per layer, as CALM's while loop
                 break
         for j in range(i, n):  # state propagation: the skipped layers' K/V from the exited state
             t5.fill(j, x, pos)

@@ -27,14 +27,18 @@ from bildlib.models.lm import LM, check_pair
 from bildlib.models.load import load_model
 
 
+def check_exit_layer(exit_layer, n_layers: int) -> None:
+    """An exit below the last of the decoder's n_layers layers (1-based); the error names it."""
+    if not isinstance(exit_layer, int) or isinstance(exit_layer, bool) or not 1 <= exit_layer < n_layers:
+        raise ValueError(f"exit_layer must be an integer in [1, {n_layers - 1}] (the decoder has "
+                         f"{n_layers} layers), got {exit_layer!r}")  # fmt: skip
+
+
 class Shared:
     """The one engine both views drive, and the state they share."""
 
     def __init__(self, t5: LeanT5, exit_layer: int):
-        n = t5.n_layers
-        if not isinstance(exit_layer, int) or isinstance(exit_layer, bool) or not 1 <= exit_layer < n:
-            raise ValueError(f"exit_layer must be an integer in [1, {n - 1}] (the decoder has {n} layers), "
-                             f"got {exit_layer!r}")  # fmt: skip
+        check_exit_layer(exit_layer, t5.n_layers)
         self.t5, self.e = t5, exit_layer
         self.h = torch.empty(0, t5.d, dtype=t5.emb.dtype, device=t5.emb.device)  # (T, d) exit outputs
         self.n = 0  # positions [0, n) have valid caches below the exit and valid h

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from bildlib.models.early_exit import check_exit_layer
+
 EXIT_LOSSES = ("", "ee", "calm")
 
 
@@ -19,9 +21,7 @@ def exit_weights(kind: str, n_layers: int, exit_layer: int = 1) -> dict[int, flo
     if kind not in EXIT_LOSSES:
         raise ValueError(f"exits must be one of {EXIT_LOSSES}, got {kind!r}")
     if kind == "ee":
-        if not isinstance(exit_layer, int) or isinstance(exit_layer, bool) or not 1 <= exit_layer < n_layers:
-            raise ValueError(f"exit_layer must be an integer in [1, {n_layers - 1}] (the decoder has "
-                             f"{n_layers} layers), got {exit_layer!r}")  # fmt: skip
+        check_exit_layer(exit_layer, n_layers)
         return {exit_layer: 0.5, n_layers: 0.5}
     if kind == "calm":
         total = n_layers * (n_layers + 1) / 2
