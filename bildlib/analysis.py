@@ -25,15 +25,19 @@ def _best(rows: pd.DataFrame, by: str) -> pd.Series | None:
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: score, mean latency, speedup and normalized latency against
     vanilla large (mean over its repeats), the fallback / rollback / large-token rates, and
-    whether it was timed on a busy machine (experiments.busy; False for older results)."""
+    whether it was timed on a busy machine (experiments.busy; False for older results). A sharded
+    sweep (experiments.sweeps) normalizes each configuration by its own shard's baseline."""
+    missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
+    missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": "", "shard": 0}
+    df = df.assign(**{c: v for c, v in missing.items() if c not in df})
     base = vanilla_large(df)
     if base.empty:
         raise ValueError("no vanilla-large rows: run the sweep with its baseline")
-    per_repeat = base.groupby("repeat")["latency_s"].mean()
-    ref = per_repeat.mean()
-    missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
-    missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": ""}
-    df = df.assign(**{c: v for c, v in missing.items() if c not in df})
+    per_repeat = base.groupby(["shard", "repeat"])["latency_s"].mean()  # (shard, repeat) -> mean
+    refs = per_repeat.groupby("shard").mean()  # shard -> its baseline latency
+    spread = per_repeat.groupby("shard").agg(lambda x: 100 * (x.max() - x.min()) / x.mean())
+    if orphans := sorted(set(df["shard"]) - set(refs.index)):
+        raise ValueError(f"shard(s) {orphans} have no vanilla-large rows: every shard needs its baseline")
     df = df.assign(engine=df["engine"].fillna(""))  # "": the run's engine
     g = df.groupby("label", sort=False)
     s = g.agg(
@@ -59,10 +63,12 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         small_s=("small_s", "mean"),
         large_s=("large_s", "mean"),
         ran_on=("ran_on", "first"),
+        shard=("shard", "first"),
     ).rename(columns={"engine_": "engine"})  # fmt: skip (agg's own `engine` keyword is numba's)
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
     for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
         s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
+    ref = s["shard"].map(refs)
     s["norm_latency"] = s["latency_s"] / ref
     s["speedup"] = ref / s["latency_s"]
     s["fallback_pct"] = 100 * s["fallbacks"] / s["tokens"]
@@ -76,9 +82,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     s["loop_pct"] = 100 * (s["latency_s"] - calls) / calls
     s["loop_us_per_token"] = 1e6 * (s["latency_s"] - calls) * s["n"] / s["tokens"]
     s.attrs = dict(df.attrs) | {
-        "baseline_latency_s": float(ref),
-        "baseline_spread_pct": float(100 * (per_repeat.max() - per_repeat.min()) / ref),
-        "baseline_repeats": int(len(per_repeat)),
+        "baseline_latency_s": float(refs.mean()),  # the mean over shards of each one's baseline
+        "baseline_spread_pct": float(spread.max()),  # the largest spread of one shard's repeats
+        "baseline_repeats": int(per_repeat.groupby("shard").size().min()),
+        "shard_baselines_s": {int(k): float(v) for k, v in refs.items()},
     }
     return s.reset_index()
 
@@ -178,6 +185,8 @@ def per_example(df: pd.DataFrame, label: str) -> pd.DataFrame:
     """arXiv v1 Fig. 6: one row per example with vanilla large's latency (mean over its repeats in
     the sweep), `label`'s latency, and whether `label` was slower on it."""
     base, run = vanilla_large(df), df[df["label"] == label]
+    if "shard" in df and not run.empty:  # a sharded sweep: the baseline of label's own shard
+        base = base[base["shard"] == run["shard"].iloc[0]]
     if base.empty or run.empty:
         raise ValueError(f"per_example needs vanilla-large rows and rows labelled {label!r}")
     out = pd.DataFrame(

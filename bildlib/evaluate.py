@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -85,6 +87,23 @@ def decode_latency(lm: LM, sources: list[str], n_tokens: int = 32, repeats: int 
                 single += times[1:]
                 parallel.append(time.perf_counter() - t)
     return {"per_token_s": statistics.median(single), "call10_s": statistics.median(parallel)}
+
+
+def device_name(device: torch.device) -> str:
+    """What runs the model calls: the GPU's name, or the CPU's model name (from /proc/cpuinfo
+    on Linux, else what platform knows)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def worker(device: torch.device) -> dict:
+    """The process computing a result row: {"worker": "host:pid", "device_name": ...}."""
+    return {"worker": f"{socket.gethostname()}:{os.getpid()}", "device_name": device_name(device)}
 
 
 def machine() -> dict:

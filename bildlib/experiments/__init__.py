@@ -7,8 +7,8 @@
 `config` (what to run), `measure` (the decoder a configuration runs and the timed call: the
 code the cache key hashes, with the decoders, models and kernels), `cache` (keys, parquet
 files, the lock), `busy` (the machine's load while a configuration ran), `runner`
-(models, plan, run, sweep), `calls` (the model calls behind a sweep's rows, for
-bildlib.cost). Reading the results is bildlib.analysis.
+(models, plan, run), `sweeps` (a sweep and its shards), `cluster` (shards on Ray), `calls`
+(the model calls behind a sweep's rows, for bildlib.cost). Reading the results is bildlib.analysis.
 """
 
 from bildlib.experiments.cache import RESULTS, code_version
@@ -24,10 +24,11 @@ from bildlib.experiments.config import (
     speculative,
     vanilla,
 )  # fmt: skip
-from bildlib.experiments.runner import Job, Models, execute, plan, run, sweep, with_checkpoints
+from bildlib.experiments.runner import Job, Models, execute, plan, run, with_checkpoints
+from bildlib.experiments.sweeps import EXECUTORS, sweep
 
 __all__ = [
-    "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "calm_grid", "calls_of",
+    "EXECUTORS", "FIELDS", "RESULTS", "Config", "Job", "Models", "bild", "bild_grid", "calm_grid", "calls_of",
     "code_version", "ee_grid",
     "execute", "plan", "recording", "run", "sampling_of", "speculative", "sweep", "vanilla",
     "with_checkpoints",

@@ -9,6 +9,7 @@ own partial file, and a job whose result file is whole is not run at all.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 
 import pandas as pd
@@ -16,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bildlib import metrics
-from bildlib.evaluate import machine
+from bildlib.evaluate import machine, worker
 from bildlib.experiments import busy, cache, measure
 
 
@@ -31,6 +32,7 @@ class _Run:
         self.meta = {"key": job.key, "label": job.config.label, "spec": job.spec, "machine": machine()}
         self.load = {"threads": job.spec["threads"], "cpus": busy.cpus()}
         self.tok = job.models.get(job.config.model, job.config.runs_on)
+        self.where = worker(job.models.device)  # each row says which process and device made it
 
     def encode(self, i: int) -> list[int]:
         return self.tok.encode(self.job.preset.prefix + self.job.examples.pairs[i][0])
@@ -46,7 +48,8 @@ class _Run:
         src, ref = j.examples.pairs[i]
         out_ids, tr, dt = measure.timed(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
         row = {"id": i, "source": src, "reference": ref, "output": self.tok.decode(out_ids), "latency_s": dt}
-        self.rows.append(row | {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)})
+        row |= {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)}
+        self.rows.append(row | self.where)
 
     def _load(self) -> dict:
         """The load record: earlier segments and this one, up to the rows so far."""
@@ -67,9 +70,17 @@ class _Run:
         return df
 
 
-def compute(jobs: list, flush_every: int = 20, progress: bool = True) -> list[pd.DataFrame]:
+Report = Callable[[str, int], None]  # report("total", examples to decode) once, then ("done", 1) each
+
+
+def compute(
+    jobs: list, flush_every: int = 20, progress: bool = True, report: Report | None = None
+) -> list[pd.DataFrame]:
     """The results of jobs (planned on the same examples and Models), in order: cached ones read
-    back, the others computed interleaved while holding every one's lock."""
+    back, the others computed interleaved while holding every one's lock. report: told how many
+    examples are left to decode, then of each one decoded (a sweep on Ray feeds its driver's
+    progress bar with it)."""
+    report = report or (lambda what, k: None)
     out: dict[int, pd.DataFrame] = {i: df for i, j in enumerate(jobs) if (df := j.cached()) is not None}
     todo = [i for i in range(len(jobs)) if i not in out]
     if not todo:
@@ -98,11 +109,13 @@ def compute(jobs: list, flush_every: int = 20, progress: bool = True) -> list[pd
         left = sum(n - len(r.rows) for r in runs.values())
         what = f"{len(runs)} configurations interleaved"
         bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
+        report("total", left)
         for e in range(min((len(r.rows) for r in runs.values()), default=n), n):
             for r in runs.values():
                 if len(r.rows) == e:  # resumed runs skip the examples they already hold
                     r.step(e)
                     bar.update()
+                    report("done", 1)
                     if (e + 1) % flush_every == 0 and e + 1 < n:
                         r.flush()
         bar.close()

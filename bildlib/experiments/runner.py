@@ -1,5 +1,5 @@
-"""Running configurations on a preset: the models (device and dtype resolved once), one cached
-configuration (run), and a sweep with the vanilla-large baseline around it.
+"""Running configurations on a preset: the models (device and dtype resolved once) and one cached
+configuration (run); a sweep with the vanilla-large baseline around it is experiments.sweeps.
 
 Latency method (also in README): batch 1; torch.set_num_threads(threads) fixed for the whole
 sweep; each configuration first decodes `warmup` examples untimed; every configuration runs on
@@ -16,7 +16,6 @@ resumes from there.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +24,9 @@ import torch
 from transformers import AutoConfig
 
 from bildlib import data, presets
-from bildlib.decoding import Sampling
 from bildlib.decoding.common import check_count
-from bildlib.experiments import busy, cache, interleave
-from bildlib.experiments.config import FIELDS, Config, vanilla
+from bildlib.experiments import cache, interleave
+from bildlib.experiments.config import Config
 from bildlib.models import (
     LM,
     check_dtype,
@@ -179,10 +177,12 @@ def plan(
     results: Path | None = None,
     loaded: data.Split | None = None,
     engine: str = "auto",
+    shard: dict | None = None,
 ) -> Job:
     """Check a run's arguments, load its examples and key it, without decoding anything (run's
     arguments; sweep plans every configuration before the first runs, passing the examples it
-    loaded once as `loaded`)."""
+    loaded once as `loaded`). shard: the sweep's shard the job belongs to (experiments.sweeps),
+    part of its key; None for an unsharded run, whose key has no such field."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be an experiments.Config, got {type(config).__name__}")
     check_count("threads", threads)
@@ -202,6 +202,8 @@ def plan(
         "device": models.device.type, "threads": threads, "warmup": warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
     }  # fmt: skip
+    if shard is not None:
+        spec["shard"] = shard
     path = Path(results or cache.RESULTS) / p.name / f"{cache.key(spec)}.parquet"
     return Job(p, config, ex, models, spec, path)
 
@@ -224,71 +226,3 @@ def execute(job: Job, flush_every: int = 20, progress: bool = True) -> pd.DataFr
     that wants the same key waits, then reads the finished file)."""
     check_count("flush_every", flush_every)
     return interleave.compute([job], flush_every, progress)[0]
-
-
-def sweep(
-    preset: str,
-    configs: list[Config],
-    split: str = "val",
-    n_examples: int = 100,
-    baseline_repeats: int = 3,
-    progress: bool = True,
-    flush_every: int = 20,
-    sampling: Sampling | None = None,
-    baseline: str = "large",
-    **kw,
-) -> pd.DataFrame:
-    """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
-    vanilla small/aligned; one DataFrame with a `label` column, the config's fields and `busy`.
-    Every configuration is checked and keyed (plan) before the first example runs. Other
-    arguments as run. sampling: the baselines' decoding (None: greedy; a sampled sweep compares
-    with vanilla decoding under the same sampling). A configuration timed on a busy machine
-    (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True.
-    baseline: the model of the baseline ("large"; "ee" for early exit, whose speedups are against
-    the full early-exit model), recorded in the result's attrs for analysis."""
-    check_count("baseline_repeats", baseline_repeats)
-    configs = list(configs)
-    if not configs:
-        raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
-    if bad := [c for c in configs if not isinstance(c, Config)]:
-        raise TypeError(f"configs must hold experiments.Config objects, got {bad[0]!r}")
-    if baseline not in ("large", "ee"):
-        raise ValueError(f"baseline must be 'large' or 'ee', got {baseline!r}")
-    base = [vanilla(baseline, r, sampling) for r in range(baseline_repeats)]
-    smalls = sorted({c.model for c in configs if c.model != baseline})
-    todo = [base[0]] + [vanilla(m, sampling=sampling) for m in smalls] + configs
-    mid = len(todo) // 2
-    todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:] if baseline_repeats > 1 else todo
-    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
-    models = kw.pop("models", None) or Models(
-        p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
-    )
-    ex = examples(p, split, n_examples)  # once for the whole sweep (a hub dataset loads slowly)
-    jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, **kw) for c in dict.fromkeys(todo)]
-    check_count("flush_every", flush_every)
-    frames, suspect = [], []
-    for j, df in zip(jobs, interleave.compute(jobs, flush_every, progress), strict=True):
-        c = j.config
-        why = busy.busy(df.attrs["load"]) if "load" in df.attrs else None
-        if why:
-            suspect.append(f"{c.label} ({why}; {j.path})")
-        fields = {f: getattr(c, f) for f in FIELDS}
-        used = j.spec["engines"][c.needs()[-1]]  # the engine the configuration ran on, resolved
-        frames.append(
-            df.assign(label=c.label, **fields, score=df.attrs["score"], busy=why is not None, ran_on=used)
-        )
-    if suspect:
-        warnings.warn(
-            f"{len(suspect)} configuration(s) were timed on a busy machine, so their latencies are "
-            "suspect; delete their result files and rerun on an idle machine: " + "; ".join(suspect),
-            busy.BusyMachineWarning,
-            stacklevel=2,
-        )
-    out = pd.concat(frames, ignore_index=True)
-    out.attrs = {
-        "preset": preset,
-        "metric": frames[0].attrs["metric"],
-        "signature": frames[0].attrs["signature"],
-        "baseline": baseline,
-    }
-    return out

@@ -1,0 +1,168 @@
+"""Sweeps on Ray (sweep(executor="ray")): one Ray task per shard (experiments.sweeps), asking for
+one GPU when the sweep runs on CUDA, else `threads` CPUs. The task plans its jobs on its worker,
+so the keys hold the worker's device, and computes them interleaved there.
+
+Results. Workers write into the results folder with the cache's atomic writes and locks, exactly
+as a local sweep does, and return their rows to the driver. The folder must be one the driver
+and every worker see: a local Ray instance shares this machine's; on a cluster pass
+`results=` a folder on a shared filesystem (the driver checks that it sees what workers wrote).
+Nothing is lost when a worker dies: Ray reruns its shard `retries` times, and a rerun resumes
+from the partial files (<key>.partial.parquet) the dead worker flushed. When a shard still
+fails, the driver waits for the others and raises; rerunning the sweep computes only what is
+missing.
+
+Progress. Workers report what they decode to a small actor; the driver shows one tqdm bar.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from bildlib.experiments import sweeps
+
+INSTALL = "pip install -e '.[cluster]' (or: pip install 'ray>=2.9')"
+
+
+class ShardFailedError(RuntimeError):
+    """A shard's worker died (or raised) after its retries; the other shards' results are kept."""
+
+
+def ray_module():
+    """Ray, or an error that says how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ModuleNotFoundError(f"executor='ray' needs Ray, which is not installed: {INSTALL}") from e
+    return ray
+
+
+def _endpoint(address: str) -> tuple[str, int]:
+    """(host, port) of "host:port" or "ray://host:port"."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address must be 'auto', 'host:port' or 'ray://host:port', got {address!r}")
+    return host, int(port)
+
+
+def connect(address: str | None):
+    """Ray, connected: the instance this process already joined; else a new local instance
+    (address None) or the cluster at `address`. An address where nothing answers is an error
+    within seconds (ray.init itself would retry for a minute)."""
+    ray = ray_module()
+    if ray.is_initialized():
+        return ray
+    if address is None:
+        ray.init(include_dashboard=False, log_to_driver=False)
+        return ray
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"address must be 'auto', 'host:port' or 'ray://host:port', got {address!r}")
+    if address != "auto":
+        host, port = _endpoint(address)
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+        except OSError as e:
+            raise ConnectionError(
+                f"address {address!r}: no Ray cluster answers at {host}:{port} ({e}); start one with "
+                "`ray start --head` (README, Sweeps on a cluster) or leave address empty for a local one"
+            ) from e
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except ConnectionError as e:
+        raise ConnectionError(f"address {address!r}: no Ray cluster found ({e})") from e
+    return ray
+
+
+def resources(ray, device: str, threads: int) -> tuple[dict, str]:
+    """What one shard's task asks Ray for, and the device its worker runs on: a whole GPU (Ray
+    makes it the worker's cuda:0), or `threads` CPUs."""
+    have = ray.cluster_resources()
+    gpu = device.startswith("cuda") or device == "auto" and have.get("GPU", 0) >= 1
+    ask = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": threads}
+    if short := [f"{v} {k[4:-1].upper()}s" for k, v in ask.items() if have.get(k[4:-1].upper(), 0) < v]:
+        cpus, gpus = have.get("CPU", 0), have.get("GPU", 0)
+        raise ValueError(f"a shard asks for {' and '.join(short)} (device={device!r}, threads={threads}), "
+                         f"more than the Ray cluster has ({cpus:g} CPUs, {gpus:g} GPUs)")  # fmt: skip
+    return ask, "cuda" if gpu else "cpu"
+
+
+class Progress:
+    """Per shard, the examples its worker has to decode and has decoded (a Ray actor)."""
+
+    def __init__(self):
+        self.counts: dict[int, dict[str, int]] = {}
+
+    def add(self, shard: int, what: str, k: int) -> None:
+        self.counts.setdefault(shard, {"total": 0, "done": 0})[what] += k
+
+    def get(self) -> dict[int, dict[str, int]]:
+        return self.counts
+
+
+def _shard(preset, s, split, n_examples, flush_every, progress, kw) -> tuple[list[sweeps.Result], int]:
+    """The body of a shard's Ray task: its results and how many examples it decoded (counted
+    here: the progress actor's count may lag behind the task's return)."""
+    done = [0]
+
+    def report(what: str, k: int) -> None:
+        progress.add.remote(s.index, what, k)
+        done[0] += k if what == "done" else 0
+
+    return sweeps.compute(preset, s, split, n_examples, flush_every, False, report, **kw), done[0]
+
+
+def default_shards(ray, gpu: bool, threads: int) -> int:
+    """One shard per GPU of the cluster, or per `threads` of its CPUs."""
+    have = ray.cluster_resources()
+    return max(1, int(have.get("GPU", 0)) if gpu else int(have.get("CPU", 1)) // threads)
+
+
+def run(preset, base, configs, shards, split, n_examples, flush_every, progress, address, retries, kw):
+    """Every shard's results, computed on the cluster (sweeps.sweep's executor="ray"), and how many
+    examples each shard decoded ({shard: n}; its other rows were cached)."""
+    from bildlib.decoding.common import check_count
+
+    check_count("retries", retries, minimum=0)
+    ray = connect(address)
+    ask, device = resources(ray, str(kw.get("device", "cpu")), kw.get("threads", 2))
+    kw = kw | {"device": device}
+    if kw.get("results") is not None:
+        kw["results"] = Path(kw["results"]).resolve()  # the workers' working directory may differ
+    n = shards or default_shards(ray, device == "cuda", kw.get("threads", 2))
+    groups = sweeps.shard(base, configs, n)
+    meter = ray.remote(num_cpus=0)(Progress).remote()
+    task = ray.remote(_shard).options(max_retries=retries, **ask)
+    refs = {task.remote(preset, s, split, n_examples, flush_every, meter, kw): s for s in groups}
+    bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", disable=not progress)
+    done, failed, pending = {}, {}, list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, timeout=0.5)
+        for r in ready:
+            try:
+                done[refs[r].index] = ray.get(r)
+            except Exception as e:  # RayTaskError (it raised), WorkerCrashedError (it died), ...
+                failed[refs[r].index] = e
+        counts = ray.get(meter.get.remote())
+        bar.total, bar.n = (sum(c[w] for c in counts.values()) for w in ("total", "done"))
+        bar.refresh()
+    bar.close()
+    decoded = {k: done[k][1] if k in done else counts.get(k, {}).get("done", 0) for k in range(len(groups))}
+    if failed:
+        k, e = next(iter(failed.items()))
+        if isinstance(cause := getattr(e, "cause", None), ValueError | TypeError | FileNotFoundError):
+            raise cause  # bad input, the same on every worker: the driver's own error
+        raise ShardFailedError(
+            f"{len(failed)} of {len(groups)} shards failed (shard {k}: {type(e).__name__}: {e}); the other "
+            "shards' results and the failed ones' flushed examples are cached: rerun the same sweep to "
+            "compute only what is missing"
+        ) from e
+    results = [r for k in sorted(done) for r in done[k][0]]
+    if lost := [r.path for r in results if not os.path.exists(r.path)]:
+        raise FileNotFoundError(
+            f"the workers wrote {lost[0]} (and {len(lost) - 1} more) where this process does not see "
+            "it: pass results= a folder on a filesystem the driver and every worker share"
+        )
+    return results, decoded

@@ -1,0 +1,210 @@
+"""A sweep: configurations plus their vanilla baselines on the same examples, computed in this
+process (executor="local") or on a Ray cluster (executor="ray", experiments.cluster).
+
+Shards. Latency is only comparable on one device, so the unit of work is a shard: a set of
+configurations together with its own vanilla baseline (repeated first, in the middle and last),
+computed interleaved on one device (experiments.interleave). Configurations go to shards round
+robin in grid order, so that neighbouring thresholds, which cost alike, land on different shards
+and the shards take about equally long. Normalized latency and speedup are computed within each
+shard against its own baseline (analysis.summarize). Every configuration decodes every example,
+so its quality is corpus-level whichever worker ran it.
+
+With more than one shard each job's key holds its shard (index, count and members): a
+baseline timed in one shard never serves another, and another sharding of the grid recomputes.
+One shard (the local default) keys exactly as an unsharded run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from bildlib import presets
+from bildlib.decoding import Sampling
+from bildlib.decoding.common import check_count
+from bildlib.experiments import busy, cache, interleave
+from bildlib.experiments.config import FIELDS, Config, vanilla
+from bildlib.experiments.runner import Models, examples, plan, with_checkpoints
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass
+class Shard:
+    """Configurations that share a baseline and a device; `key` goes into their jobs' keys."""
+
+    index: int
+    of: int
+    configs: list[Config]  # in interleaving order, baselines included
+
+    @property
+    def key(self) -> dict | None:
+        if self.of == 1:
+            return None  # keyed as an unsharded run: the local executor's results stay valid
+        members = cache.key({"configs": [dataclasses.asdict(c) for c in self.configs]})
+        return {"index": self.index, "of": self.of, "members": members}
+
+
+@dataclass
+class Result:
+    """One computed (or cached) job of a shard, as a worker returns it to the driver."""
+
+    config: Config
+    spec: dict
+    path: str
+    df: pd.DataFrame
+    attrs: dict  # df.attrs, kept apart: they are the result's metadata wherever df travels
+
+
+def arrange(base: list[Config], configs: list[Config]) -> list[Config]:
+    """One shard's interleaving order: the first baseline repeat, the configurations with the
+    middle repeats half way, the last repeat at the end."""
+    todo = [base[0]] + configs
+    if len(base) > 1:
+        mid = len(todo) // 2
+        todo = todo[:mid] + base[1:-1] + todo[mid:] + base[-1:]
+    return list(dict.fromkeys(todo))
+
+
+def shard(base: list[Config], configs: list[Config], n: int) -> list[Shard]:
+    """n shards (at most one per configuration), round robin, each with the whole baseline."""
+    n = min(n, len(configs))
+    return [Shard(k, n, arrange(base, configs[k::n])) for k in range(n)]
+
+
+def compute(
+    preset: str, s: Shard, split: str, n_examples: int, flush_every: int, progress: bool,
+    report: interleave.Report | None = None, **kw,
+) -> list[Result]:  # fmt: skip
+    """Plan and compute one shard's jobs interleaved (on a Ray worker, or in this process);
+    kw as experiments.run (device, dtype, engine, checkpoints, threads, warmup, results, models)."""
+    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
+    models = kw.pop("models", None) or Models(
+        p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
+    )
+    ex = examples(p, split, n_examples)  # once for the whole shard (a hub dataset loads slowly)
+    jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, shard=s.key, **kw)
+            for c in s.configs]  # fmt: skip
+    dfs = interleave.compute(jobs, flush_every, progress, report)
+    pairs = zip(jobs, dfs, strict=True)
+    return [Result(j.config, j.spec, str(j.path), df, dict(df.attrs)) for j, df in pairs]
+
+
+def sweep(
+    preset: str,
+    configs: list[Config],
+    split: str = "val",
+    n_examples: int = 100,
+    baseline_repeats: int = 3,
+    progress: bool = True,
+    flush_every: int = 20,
+    sampling: Sampling | None = None,
+    baseline: str = "large",
+    executor: str = "local",
+    address: str | None = None,
+    shards: int | None = None,
+    retries: int = 1,
+    **kw,
+) -> pd.DataFrame:
+    """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
+    vanilla small/aligned; one DataFrame with a `label` column, the config's fields, `busy`,
+    `shard`, and per row the `worker` (host:pid) and `device_name` that computed it. Every
+    configuration is checked and keyed (plan) before the first example runs. Other arguments as
+    run. sampling: the baselines' decoding (None: greedy; a sampled sweep compares with vanilla
+    decoding under the same sampling). A configuration timed on a busy machine
+    (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True.
+    baseline: the model of the baseline ("large"; "ee" for early exit, whose speedups are against
+    the full early-exit model), recorded in the result's attrs for analysis.
+
+    executor: "local" (this process) or "ray" (experiments.cluster: one Ray task per shard;
+    address: None starts a local Ray instance, "auto" or "ray://host:port" joins a cluster;
+    retries: how often Ray reruns a shard whose worker died). shards: how many shards (module
+    docstring); None: 1 locally, one per GPU (or per `threads` CPUs) of the Ray cluster."""
+    check_count("baseline_repeats", baseline_repeats)
+    check_count("flush_every", flush_every)
+    check_count("shards", shards, optional=True)
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
+    if bad := [c for c in configs if not isinstance(c, Config)]:
+        raise TypeError(f"configs must hold experiments.Config objects, got {bad[0]!r}")
+    if baseline not in ("large", "ee"):
+        raise ValueError(f"baseline must be 'large' or 'ee', got {baseline!r}")
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "local" and address is not None:
+        raise ValueError("address names a Ray cluster: pass it with executor='ray'")
+    base = [vanilla(baseline, r, sampling) for r in range(baseline_repeats)]
+    smalls = sorted({c.model for c in configs if c.model != baseline})
+    smalls = [vanilla(m, sampling=sampling) for m in smalls]
+    others = [c for c in dict.fromkeys(smalls + configs) if c not in base]
+    if executor == "ray":
+        from bildlib.experiments import cluster  # Ray is an optional extra
+
+        if "models" in kw:
+            raise ValueError("models: a Ray worker loads its own; pass device, dtype and engine instead")
+        results, decoded = cluster.run(preset, base, others, shards, split, n_examples, flush_every,
+                                       progress, address, retries, kw)  # fmt: skip
+    else:
+        p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
+        kw["models"] = kw.get("models") or Models(
+            p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
+        )
+        results, decoded = [], {}
+        for s in shard(base, others, shards or 1):
+            decoded[s.index] = 0
+
+            def count(what: str, k: int, i=s.index) -> None:
+                decoded[i] += k if what == "done" else 0
+
+            results += compute(preset, s, split, n_examples, flush_every, progress, count, **kw)
+    out = assemble(results, preset, baseline)
+    out.attrs["decoded"] = decoded  # {shard: examples decoded by this call}; the rest came from the cache
+    return out
+
+
+def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
+    """The sweep's rows from its shards' results, labelled; baselines are labelled by shard
+    where there are several, so that each shard's repeats stay apart."""
+    frames, suspect = [], []
+    for r in results:
+        c, df = r.config, r.df
+        why = busy.busy(r.attrs["load"]) if "load" in r.attrs else None
+        if why:
+            suspect.append(f"{c.label} ({why}; {Path(r.path).name})")
+        fields = {f: getattr(c, f) for f in FIELDS}
+        used = r.spec["engines"][c.needs()[-1]]  # the engine the configuration ran on, resolved
+        k = r.spec.get("shard", {"index": 0, "of": 1})
+        own = k["of"] > 1 and c.method == "vanilla" and c.model == baseline  # in every shard
+        label = c.label + (f"[shard {k['index']}]" if own else "")
+        df = df.assign(**{col: df[col] if col in df else "" for col in ("worker", "device_name")})  # old rows
+        frames.append(
+            df.assign(
+                label=label,
+                **fields,
+                score=r.attrs["score"],
+                busy=why is not None,
+                ran_on=used,
+                shard=k["index"],
+            )  # fmt: skip
+        )
+    if suspect:
+        warnings.warn(
+            f"{len(suspect)} configuration(s) were timed on a busy machine, so their latencies are "
+            "suspect; delete their result files and rerun on an idle machine: " + "; ".join(suspect),
+            busy.BusyMachineWarning,
+            stacklevel=3,
+        )
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs = {
+        "preset": preset,
+        "metric": results[0].attrs["metric"],
+        "signature": results[0].attrs["signature"],
+        "baseline": baseline,
+        "shards": max(r.spec.get("shard", {"of": 1})["of"] for r in results),
+    }
+    return out
