@@ -5,7 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bildlib-installed
 # Triton (extra `cuda`) has Linux wheels only; on Linux it also runs the kernel tests on CPU.
-EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda,dev)
+# Ray (extra `cluster`) runs sweeps on a cluster; the tests start a local instance.
+EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda$(comma)cluster,dev$(comma)cluster)
 comma := ,
 # On this project's machines Multi30k sits in ../shared/data (see README, Data).
 SHARED_DATA := $(abspath ../shared/data)

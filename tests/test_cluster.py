@@ -132,14 +132,18 @@ def test_ray_sweep_in_two_shards_equals_local(ray2, tmp_path):
     own_baselines_hold(rayed)
 
 
-@pytestmark_busy
-def test_killed_worker_then_rerun_recomputes_only_the_lost_rows(ray2, tmp_path):
-    run = dict(RUN, n_examples=12, warmup=0, flush_every=2, results=tmp_path)
+KILL = dict(RUN, n_examples=12, warmup=0, flush_every=2)
+
+
+def sweep_and_kill_shard_1(results, retries: int) -> tuple[dict, int]:
+    """Run a 2-shard Ray sweep in a thread, SIGKILL shard 1's worker once it has flushed rows,
+    and wait for the sweep: ({"df": ...} or {"error": ...}, the killed pid)."""
     out = {}
 
     def sweep():
         try:
-            out["df"] = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=0, **run)
+            out["df"] = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=retries,
+                                results=results, **KILL)  # fmt: skip
         except Exception as e:  # noqa: BLE001 - the test inspects it
             out["error"] = e
 
@@ -147,7 +151,7 @@ def test_killed_worker_then_rerun_recomputes_only_the_lost_rows(ray2, tmp_path):
     t.start()
     victim, deadline = None, time.monotonic() + 300
     while victim is None and time.monotonic() < deadline and t.is_alive():
-        for f in (tmp_path / "multi30k").glob("*.partial.parquet"):
+        for f in (results / "multi30k").glob("*.partial.parquet"):
             try:
                 df = pd.read_parquet(f)
                 shard = json.loads(pq.read_schema(f).metadata[b"bildlib"])["spec"]["shard"]["index"]
@@ -160,17 +164,37 @@ def test_killed_worker_then_rerun_recomputes_only_the_lost_rows(ray2, tmp_path):
     assert victim is not None, "shard 1 never flushed a partial file"
     os.kill(victim, signal.SIGKILL)
     t.join(timeout=300)
+    return out, victim
+
+
+TOTAL = 12 * 7  # 2 baselines + 5 configurations, 12 examples each
+
+
+def all_rows_once(df: pd.DataFrame, results) -> None:
+    assert len(df) == TOTAL and not df.duplicated(["label", "id"]).any()
+    assert df.groupby("label")["id"].apply(sorted).map(lambda ids: ids == list(range(12))).all()
+    assert not list((results / "multi30k").glob("*.partial.parquet"))
+
+
+@pytestmark_busy
+def test_killed_worker_then_rerun_recomputes_only_the_lost_rows(ray2, tmp_path):
+    out, _ = sweep_and_kill_shard_1(tmp_path, retries=0)
     assert isinstance(out.get("error"), cluster.ShardFailedError), out
     assert "1 of 2 shards failed" in str(out["error"])
+    on_disk = sum(len(pd.read_parquet(f)) for f in (tmp_path / "multi30k").glob("*.parquet"))
+    assert 12 * 4 < on_disk < TOTAL  # shard 0 (4 jobs) whole, shard 1 (3 jobs) in part: what it flushed
 
-    on_disk = 0  # rows the dead worker flushed, and the other shard's whole results
-    for f in (tmp_path / "multi30k").glob("*.parquet"):
-        on_disk += len(pd.read_parquet(f))
-    total = 12 * 7  # 2 baselines + 5 configurations, 12 examples each
-    assert 12 * 4 < on_disk < total  # shard 0 (4 jobs) whole, shard 1 (3 jobs) in part
+    again = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=0, results=tmp_path, **KILL)
+    assert again.attrs["decoded"] == {0: 0, 1: TOTAL - on_disk}  # only the lost shard's missing rows
+    all_rows_once(again, tmp_path)
 
-    again = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=0, **run)
-    assert again.attrs["decoded"] == {0: 0, 1: total - on_disk}  # only the lost shard's missing rows
-    assert len(again) == total and not again.duplicated(["label", "id"]).any()
-    assert not list((tmp_path / "multi30k").glob("*.partial.parquet"))
-    assert again.groupby("label")["id"].apply(sorted).map(lambda ids: ids == list(range(12))).all()
+
+@pytestmark_busy
+def test_a_killed_worker_is_retried_and_resumes(ray2, tmp_path):
+    out, victim = sweep_and_kill_shard_1(tmp_path, retries=1)
+    df = out.get("df")
+    assert df is not None, out
+    all_rows_once(df, tmp_path)
+    shard1 = df[df["shard"] == 1]
+    assert shard1["worker"].nunique() == 2 and f":{victim}" in " ".join(shard1["worker"])  # dead, then retry
+    assert 0 < df.attrs["decoded"][1] < 12 * 3  # the retry resumed: fewer decodes than the whole shard

@@ -123,7 +123,8 @@ def sweep(
     executor: "local" (this process) or "ray" (experiments.cluster: one Ray task per shard;
     address: None starts a local Ray instance, "auto" or "ray://host:port" joins a cluster;
     retries: how often Ray reruns a shard whose worker died). shards: how many shards (module
-    docstring); None: 1 locally, one per GPU (or per `threads` CPUs) of the Ray cluster."""
+    docstring); None: 1 locally, one per GPU (or per `threads` CPUs) of the Ray cluster.
+    attrs["decoded"]: {shard: examples this call decoded}; the other rows came from the cache."""
     check_count("baseline_repeats", baseline_repeats)
     check_count("flush_every", flush_every)
     check_count("shards", shards, optional=True)
