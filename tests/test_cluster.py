@@ -112,9 +112,12 @@ RUN = dict(n_examples=4, baseline_repeats=1, threads=1, warmup=1, progress=False
 
 
 @pytestmark_busy
-def test_ray_sweep_in_two_shards_equals_local(ray2, tmp_path):
+def test_ray_sweep_in_two_shards_equals_local(ray2, tmp_path, capsys):
     local = X.sweep("multi30k", RAY_GRID, results=tmp_path / "local", shards=2, **RUN)
-    rayed = X.sweep("multi30k", RAY_GRID, results=tmp_path / "ray", executor="ray", shards=2, **RUN)
+    shown = dict(RUN, progress=True)
+    rayed = X.sweep("multi30k", RAY_GRID, results=tmp_path / "ray", executor="ray", shards=2, **shown)
+    bar = capsys.readouterr().err  # one bar on the driver, fed by both workers
+    assert "2 shards on Ray" in bar and "28/28" in bar and "configurations 7/7" in bar
     assert rayed.attrs["shards"] == 2 and rayed.attrs["signature"] == local.attrs["signature"]
     # the same keys: a sharded sweep's files do not depend on the executor
     files = {f.name for f in (tmp_path / "ray" / "multi30k").glob("*.parquet")}

@@ -96,7 +96,7 @@ class Progress:
         self.counts: dict[int, dict[str, int]] = {}
 
     def add(self, shard: int, what: str, k: int) -> None:
-        self.counts.setdefault(shard, {"total": 0, "done": 0})[what] += k
+        self.counts.setdefault(shard, {"total": 0, "done": 0, "finished": 0})[what] += k
 
     def get(self) -> dict[int, dict[str, int]]:
         return self.counts
@@ -136,7 +136,8 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
     meter = ray.remote(num_cpus=0)(Progress).remote()
     task = ray.remote(_shard).options(max_retries=retries, **ask)
     refs = {task.remote(preset, s, split, n_examples, flush_every, meter, kw): s for s in groups}
-    bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", disable=not progress)
+    configs = sum(len(s.configs) for s in groups)
+    bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", unit="example", disable=not progress)
     done, failed, pending = {}, {}, list(refs)
     while pending:
         ready, pending = ray.wait(pending, timeout=0.5)
@@ -145,9 +146,10 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
                 done[refs[r].index] = ray.get(r)
             except Exception as e:  # RayTaskError (it raised), WorkerCrashedError (it died), ...
                 failed[refs[r].index] = e
-        counts = ray.get(meter.get.remote())
-        bar.total, bar.n = (sum(c[w] for c in counts.values()) for w in ("total", "done"))
-        bar.refresh()
+        counts = ray.get(meter.get.remote())  # {shard: {"total": n, "done": n, "finished": n}}
+        sums = {k: sum(c[k] for c in counts.values()) for k in ("total", "done", "finished")}
+        bar.total, bar.n, finished = sums["total"], sums["done"], sums["finished"]
+        bar.set_postfix_str(f"configurations {finished}/{configs}")
     bar.close()
     decoded = {k: done[k][1] if k in done else counts.get(k, {}).get("done", 0) for k in range(len(groups))}
     if failed:

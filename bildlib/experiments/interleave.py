@@ -70,7 +70,9 @@ class _Run:
         return df
 
 
-Report = Callable[[str, int], None]  # report("total", examples to decode) once, then ("done", 1) each
+# report("total", examples to decode) once, then ("done", 1) per example; ("finished", k): k more
+# configurations are whole (cached ones at the start, the others as they finish)
+Report = Callable[[str, int], None]
 
 
 def compute(
@@ -84,6 +86,7 @@ def compute(
     out: dict[int, pd.DataFrame] = {i: df for i, j in enumerate(jobs) if (df := j.cached()) is not None}
     todo = [i for i in range(len(jobs)) if i not in out]
     if not todo:
+        report("finished", len(out))
         return [out[i] for i in range(len(jobs))]
     cache.check_writable(jobs[todo[0]].path.parent)
     with ExitStack() as locks:
@@ -110,6 +113,7 @@ def compute(
         what = f"{len(runs)} configurations interleaved"
         bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
         report("total", left)
+        report("finished", len(out))
         for e in range(min((len(r.rows) for r in runs.values()), default=n), n):
             for r in runs.values():
                 if len(r.rows) == e:  # resumed runs skip the examples they already hold
@@ -121,4 +125,5 @@ def compute(
         bar.close()
         for i, r in runs.items():
             out[i] = r.finish()
+            report("finished", 1)
     return [out[i] for i in range(len(jobs))]
