@@ -9,7 +9,7 @@ and every worker see: a local Ray instance shares this machine's; on a cluster p
 Nothing is lost when a worker dies: Ray reruns its shard `retries` times, and a rerun resumes
 from the partial files (<key>.partial.parquet) the dead worker flushed. When a shard still
 fails, the driver waits for the others and raises; rerunning the sweep computes only what is
-missing.
+missing. An interrupted driver (Ctrl-C) stops its workers, whose flushed rows stay.
 
 Progress. Workers report what they decode to a small actor; the driver shows one tqdm bar.
 """
@@ -139,18 +139,24 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
     configs = sum(len(s.configs) for s in groups)
     bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", unit="example", disable=not progress)
     done, failed, pending = {}, {}, list(refs)
-    while pending:
-        ready, pending = ray.wait(pending, timeout=0.5)
-        for r in ready:
-            try:
-                done[refs[r].index] = ray.get(r)
-            except Exception as e:  # RayTaskError (it raised), WorkerCrashedError (it died), ...
-                failed[refs[r].index] = e
-        counts = ray.get(meter.get.remote())  # {shard: {"total": n, "done": n, "finished": n}}
-        sums = {k: sum(c[k] for c in counts.values()) for k in ("total", "done", "finished")}
-        bar.total, bar.n, finished = sums["total"], sums["done"], sums["finished"]
-        bar.set_postfix_str(f"configurations {finished}/{configs}")
-    bar.close()
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, timeout=0.5)
+            for r in ready:
+                try:
+                    done[refs[r].index] = ray.get(r)
+                except Exception as e:  # RayTaskError (it raised), WorkerCrashedError (it died), ...
+                    failed[refs[r].index] = e
+            counts = ray.get(meter.get.remote())  # {shard: {"total": n, "done": n, "finished": n}}
+            sums = {k: sum(c[k] for c in counts.values()) for k in ("total", "done", "finished")}
+            bar.total, bar.n, finished = sums["total"], sums["done"], sums["finished"]
+            bar.set_postfix_str(f"configurations {finished}/{configs}")
+    except KeyboardInterrupt:  # the driver interrupted: stop its workers (their flushed rows stay)
+        for r in pending:
+            ray.cancel(r, force=True)
+        raise
+    finally:
+        bar.close()
     decoded = {k: done[k][1] if k in done else counts.get(k, {}).get("done", 0) for k in range(len(groups))}
     if failed:
         k, e = next(iter(failed.items()))
