@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from bildlib.decoding.common import check_count
 from bildlib.experiments import sweeps
 
 INSTALL = "pip install -e '.[cluster]' (or: pip install 'ray>=2.9')"
@@ -123,8 +124,6 @@ def default_shards(ray, gpu: bool, threads: int) -> int:
 def run(preset, base, configs, shards, split, n_examples, flush_every, progress, address, retries, kw):
     """Every shard's results, computed on the cluster (sweeps.sweep's executor="ray"), and how many
     examples each shard decoded ({shard: n}; its other rows were cached)."""
-    from bildlib.decoding.common import check_count
-
     check_count("retries", retries, minimum=0)
     ray = connect(address)
     ask, device = resources(ray, str(kw.get("device", "cpu")), kw.get("threads", 2))
@@ -136,7 +135,7 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
     meter = ray.remote(num_cpus=0)(Progress).remote()
     task = ray.remote(_shard).options(max_retries=retries, **ask)
     refs = {task.remote(preset, s, split, n_examples, flush_every, meter, kw): s for s in groups}
-    configs = sum(len(s.configs) for s in groups)
+    n_configs = sum(len(s.configs) for s in groups)
     bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", unit="example", disable=not progress)
     done, failed, pending = {}, {}, list(refs)
     try:
@@ -150,7 +149,7 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
             counts = ray.get(meter.get.remote())  # {shard: {"total": n, "done": n, "finished": n}}
             sums = {k: sum(c[k] for c in counts.values()) for k in ("total", "done", "finished")}
             bar.total, bar.n, finished = sums["total"], sums["done"], sums["finished"]
-            bar.set_postfix_str(f"configurations {finished}/{configs}")
+            bar.set_postfix_str(f"configurations {finished}/{n_configs}")
     except KeyboardInterrupt:  # the driver interrupted: stop its workers (their flushed rows stay)
         for r in pending:
             ray.cancel(r, force=True)
