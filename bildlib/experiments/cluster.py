@@ -80,10 +80,11 @@ def connect(address: str | None):
 def resources(ray, device: str, threads: int) -> tuple[dict, str]:
     """What one shard's task asks Ray for, and the device its worker runs on: a whole GPU (Ray
     makes it the worker's cuda:0), or `threads` CPUs."""
-    have = ray.cluster_resources()
+    have = ray.cluster_resources()  # {"CPU": n, "GPU": n, ...}
     gpu = device.startswith("cuda") or device == "auto" and have.get("GPU", 0) >= 1
-    ask = {"num_gpus": 1, "num_cpus": 1} if gpu else {"num_cpus": threads}
-    if short := [f"{v} {k[4:-1].upper()}s" for k, v in ask.items() if have.get(k[4:-1].upper(), 0) < v]:
+    need = {"GPU": 1, "CPU": 1} if gpu else {"CPU": threads}
+    ask = {f"num_{r.lower()}s": v for r, v in need.items()}  # ray's option names: num_gpus, num_cpus
+    if short := [f"{v} {r}s" for r, v in need.items() if have.get(r, 0) < v]:
         cpus, gpus = have.get("CPU", 0), have.get("GPU", 0)
         raise ValueError(f"a shard asks for {' and '.join(short)} (device={device!r}, threads={threads}), "
                          f"more than the Ray cluster has ({cpus:g} CPUs, {gpus:g} GPUs)")  # fmt: skip
@@ -126,11 +127,12 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
     examples each shard decoded ({shard: n}; its other rows were cached)."""
     check_count("retries", retries, minimum=0)
     ray = connect(address)
-    ask, device = resources(ray, str(kw.get("device", "cpu")), kw.get("threads", 2))
+    threads = kw.get("threads", 2)
+    ask, device = resources(ray, str(kw.get("device", "cpu")), threads)
     kw = kw | {"device": device}
     if kw.get("results") is not None:
         kw["results"] = Path(kw["results"]).resolve()  # the workers' working directory may differ
-    n = shards or default_shards(ray, device == "cuda", kw.get("threads", 2))
+    n = shards or default_shards(ray, device == "cuda", threads)
     groups = sweeps.shard(base, configs, n)
     meter = ray.remote(num_cpus=0)(Progress).remote()
     task = ray.remote(_shard).options(max_retries=retries, **ask)
@@ -156,7 +158,6 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
         raise
     finally:
         bar.close()
-    decoded = {k: done[k][1] if k in done else counts.get(k, {}).get("done", 0) for k in range(len(groups))}
     if failed:
         k, e = next(iter(failed.items()))
         if isinstance(cause := getattr(e, "cause", None), ValueError | TypeError | FileNotFoundError):
@@ -167,6 +168,7 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
             "compute only what is missing"
         ) from e
     results = [r for k in sorted(done) for r in done[k][0]]
+    decoded = {k: done[k][1] for k in sorted(done)}  # every shard, as none failed
     if lost := [r.path for r in results if not os.path.exists(r.path)]:
         raise FileNotFoundError(
             f"the workers wrote {lost[0]} (and {len(lost) - 1} more) where this process does not see "

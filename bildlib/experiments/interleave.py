@@ -24,7 +24,7 @@ from bildlib.experiments import busy, cache, measure
 class _Run:
     """One job's rows so far, its partial file and its load record."""
 
-    def __init__(self, job):
+    def __init__(self, job, where: dict):
         self.job, self.partial = job, job.path.with_suffix(".partial.parquet")
         done = cache.read(self.partial, job.key) if self.partial.exists() else None
         self.rows = done.to_dict("records") if done is not None else []
@@ -32,7 +32,7 @@ class _Run:
         self.meta = {"key": job.key, "label": job.config.label, "spec": job.spec, "machine": machine()}
         self.load = {"threads": job.spec["threads"], "cpus": busy.cpus()}
         self.tok = job.models.get(job.config.model, job.config.runs_on)
-        self.where = worker(job.models.device)  # each row says which process and device made it
+        self.where = where  # each row says which process and device made it (evaluate.worker)
 
     def encode(self, i: int) -> list[int]:
         return self.tok.encode(self.job.preset.prefix + self.job.examples.pairs[i][0])
@@ -98,7 +98,8 @@ def compute(
             if (df := jobs[i].cached()) is not None:
                 out[i] = df
                 todo.remove(i)
-        runs = {i: _Run(jobs[i]) for i in todo}
+        where = worker(jobs[todo[0]].models.device) if todo else {}  # one Models, one process
+        runs = {i: _Run(jobs[i], where) for i in todo}
         if len({len(jobs[i].examples) for i in todo}) > 1:
             raise ValueError("jobs interleaved together must run the same examples")
         threads = {jobs[i].spec["threads"] for i in todo}

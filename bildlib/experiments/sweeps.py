@@ -81,12 +81,10 @@ def compute(
     report: interleave.Report | None = None, **kw,
 ) -> list[Result]:  # fmt: skip
     """Plan and compute one shard's jobs interleaved (on a Ray worker, or in this process);
-    kw as experiments.run (device, dtype, engine, checkpoints, threads, warmup, results, models)."""
-    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
-    models = kw.pop("models", None) or Models(
-        p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
-    )
-    ex = examples(p, split, n_examples)  # once for the whole shard (a hub dataset loads slowly)
+    kw as experiments.run (device, dtype, engine, checkpoints, threads, warmup, results), plus
+    `models` and `loaded` (the examples) where the caller holds them for several shards."""
+    p, models = _models(preset, kw)
+    ex = kw.pop("loaded", None) or examples(p, split, n_examples)  # a hub dataset loads slowly
     jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, shard=s.key, **kw)
             for c in s.configs]  # fmt: skip
     dfs = interleave.compute(jobs, flush_every, progress, report)
@@ -151,10 +149,8 @@ def sweep(
         results, decoded = cluster.run(preset, base, others, shards, split, n_examples, flush_every,
                                        progress, address, retries, kw)  # fmt: skip
     else:
-        p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
-        kw["models"] = kw.get("models") or Models(
-            p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
-        )
+        p, kw["models"] = _models(preset, kw)  # loaded once, and the examples once, for every shard
+        kw["loaded"] = examples(p, split, n_examples)
         results, decoded = [], {}
         for s in shard(base, others, shards or 1):
             decoded[s.index] = 0
@@ -166,6 +162,16 @@ def sweep(
     out = assemble(results, preset, baseline)
     out.attrs["decoded"] = decoded  # {shard: examples decoded by this call}; the rest came from the cache
     return out
+
+
+def _models(preset: str, kw: dict) -> tuple[presets.Preset, Models]:
+    """The preset (with kw's checkpoints) and kw's `models`, popped, or new ones for kw's device,
+    dtype and engine."""
+    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
+    models = kw.pop("models", None) or Models(
+        p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
+    )
+    return p, models
 
 
 def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
