@@ -13,7 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full bench bench-grid tokenizer models models-ee figures-ee cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tokenizer models models-ee figures-ee cards clean-venv
 
 setup: $(STAMP)
 
@@ -31,7 +31,8 @@ test: lint
 	$(BIN)/pytest
 
 # Notebooks run with papermill; executed copies go to build/notebooks (git-ignored), figures to
-# figures/ (a run with other parameters writes to build/figures/<run>/ unless given out_dir). Sweeps are cached in data/results, so fig9 and fig10 reuse fig4's.
+# figures/ (a run with other parameters writes to build/figures/<run>/ unless given out_dir). Sweeps are cached in
+# data/results, keyed by their members: fig10, fig8 and latency_scatter reuse fig4's sweep.
 NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8 peers
 PAPERMILL = $(BIN)/papermill --cwd . $(PM_ARGS)
 fig4: $(STAMP)
@@ -56,6 +57,18 @@ figures-full: PM_ARGS = -p n_examples 1014 -p out_dir figures/full
 figures-full: AUTHORS_OUT = figures/full/authors
 figures-full: figures
 
+# README's headline: Table 1 on all of Multi30k val (1,014 sentences) on a reduced grid, with and
+# without verify_end, into figures/full/ (about 17 min on 2 CPU cores).
+HEADLINE_GRID ?= -y '{fallbacks: [0.4, 0.6, 0.8], rollbacks: [1.0], verify_end: [false, true]}'
+headline: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/full $(HEADLINE_GRID) \
+	  notebooks/fig4.ipynb build/notebooks/fig4-full.ipynb
+
+# README's result blocks from the committed CSVs and JSON (bildlib.report; a test checks them).
+report: $(STAMP)
+	$(BIN)/python -m bildlib.report
+
 # The benchmark bars (README, Results): the peers notebook, BiLD against transformers' generate and
 # assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences);
 # figures/peers/val/. PEERS_ARGS narrows it, e.g. PEERS_ARGS="-y '{fallbacks: [0.4], rollbacks: [1.0]}'".
@@ -65,11 +78,10 @@ bench: $(STAMP)
 	$(PAPERMILL) -p n_examples 1014 -p out_dir $(PEERS_OUT) $(PEERS_ARGS) \
 	  notebooks/peers.ipynb build/notebooks/bench.ipynb
 
-# fig4's sweep over all of val on a reduced grid (figures/bench/, measured before the lean engine).
-# figures/bench-high: make bench-grid BENCH_OUT=figures/bench-high BENCH_GRID="-y '{fallbacks: [0.6, 0.7, 0.8], rollbacks: [0.5, 1.0]}'"
-# figures/bench-bf16 and figures/bench-aligned8: the commands are in README (Results).
+# fig4's sweep over all of val on another grid, into build/figures/bench/ (docs/history.md has the
+# earlier runs made this way, before the lean engine).
 BENCH_GRID ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [0.5, 1.0]}'
-BENCH_OUT ?= figures/bench
+BENCH_OUT ?= build/figures/bench
 bench-grid: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir $(BENCH_OUT) $(BENCH_GRID) \
@@ -101,7 +113,7 @@ models-ee: $(STAMP)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
 	$(BIN)/python -m bildlib.modelcard_ee
 
-# fig7 then fig6 (fig6 reuses fig7's early-exit rows, so early-exit BiLD and CALM share one run)
+# fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)
 	@mkdir -p build/notebooks
 	@for nb in fig7 fig6; do \

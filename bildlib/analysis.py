@@ -22,13 +22,17 @@ def _best(rows: pd.DataFrame, by: str) -> pd.Series | None:
     return None if rows.empty else rows.loc[rows[by].idxmax()]
 
 
-def summarize(df: pd.DataFrame) -> pd.DataFrame:
+def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
     """One row per configuration: score, mean latency, speedup and normalized latency against
     vanilla large (mean over its repeats), the fallback / rollback / large-token rates, and
     whether it was timed on a busy machine (experiments.busy; False for older results). A sharded
-    sweep (experiments.sweeps) normalizes each configuration by its own shard's baseline."""
+    sweep (experiments.sweeps) normalizes each configuration by its own shard's baseline.
+    intervals: 95 % paired-bootstrap intervals of score, speedup and the score's difference to
+    the baseline (bildlib.intervals: score_lo/hi, speedup_lo/hi, delta_lo/hi); the rows need
+    their outputs and references."""
     missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
-    missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": "", "shard": 0}
+    missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": "", "shard": 0, "large_calls": 0}
+    missing |= {"dtype": "", "device_name": ""}
     df = df.assign(**{c: v for c, v in missing.items() if c not in df})
     base = vanilla_large(df)
     if base.empty:
@@ -54,6 +58,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         fallbacks=("fallbacks", "sum"),
         rollbacks=("rollbacks", "sum"),
         large_tokens=("large_tokens", "sum"),
+        large_calls=("large_calls", "sum"),
         n=("id", "count"),
         verify_end=("verify_end", "first"),
         busy=("busy", "any"),
@@ -63,6 +68,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         small_s=("small_s", "mean"),
         large_s=("large_s", "mean"),
         ran_on=("ran_on", "first"),
+        dtype=("dtype", "first"),
+        device_name=("device_name", "first"),
         shard=("shard", "first"),
     ).rename(columns={"engine_": "engine"})  # fmt: skip (agg's own `engine` keyword is numba's)
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
@@ -74,6 +81,9 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     s["fallback_pct"] = 100 * s["fallbacks"] / s["tokens"]
     s["rollback_pct"] = 100 * s["rollbacks"] / s["tokens"]
     s["large_pct"] = 100 * s["large_tokens"] / s["tokens"]
+    s["large_call_pct"] = (
+        100 * s["large_calls"] / s["tokens"]
+    )  # the paper's "fallback" of speculative decoding
     s["rejected_pct"] = 100 * s["discarded"] / s["drafted"].where(s["drafted"] > 0)  # of drafted tokens
     # the decoder loop's own cost: wall time minus the model calls' (NaN where calls are not timed:
     # transformers' generate and assisted generation report none)
@@ -81,6 +91,10 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     calls = calls.where(calls > 0)
     s["loop_pct"] = 100 * (s["latency_s"] - calls) / calls
     s["loop_us_per_token"] = 1e6 * (s["latency_s"] - calls) * s["n"] / s["tokens"]
+    if intervals and {"output", "reference", "id"} <= set(df):
+        s = s.join(_intervals(df, base), on="label")
+        first = base.sort_values("repeat").groupby("shard")["label"].first()  # each shard's score baseline
+        s["delta"] = s["score"] - s["shard"].map(first.map(s["score"]))
     s.attrs = dict(df.attrs) | {
         "baseline_latency_s": float(refs.mean()),  # the mean over shards of each one's baseline
         "baseline_spread_pct": float(spread.max()),  # the largest spread of one shard's repeats
@@ -88,6 +102,37 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         "shard_baselines_s": {int(k): float(v) for k, v in refs.items()},
     }
     return s.reset_index()
+
+
+def _intervals(df: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
+    """bildlib.intervals per shard, each against its own baseline's repeats."""
+    from bildlib import intervals
+
+    metric = df.attrs.get("metric", "bleu")
+    out = []
+    for k, rows in df.groupby("shard"):
+        b = base[base["shard"] == k].sort_values("repeat")
+        out.append(intervals.shard_intervals(rows, list(dict.fromkeys(b["label"])), metric))
+    return pd.concat(out)
+
+
+def run_info(s: pd.DataFrame) -> dict:
+    """What a summarize() table was measured with, for a figure's caption and a table's columns:
+    n (examples), dtype, engine, device and the baseline model."""
+
+    def one(col: str) -> str:
+        vals = sorted({str(v) for v in s[col].dropna() if str(v)}) if col in s else []
+        return "/".join(vals) or "?"
+
+    base = "vanilla " + s.attrs.get("baseline", "large")
+    return {"n": int(s["n"].max()), "dtype": one("dtype"), "engine": one("ran_on"),
+            "device": one("device_name"), "baseline": base}  # fmt: skip
+
+
+def run_tag(s: pd.DataFrame) -> str:
+    """run_info as one line: "n=100, float32, lean, baseline vanilla large"."""
+    i = run_info(s)
+    return f"n={i['n']}, {i['dtype']}, {i['engine']} engine, baseline {i['baseline']}"
 
 
 def pareto(s: pd.DataFrame) -> pd.DataFrame:
@@ -102,26 +147,57 @@ def pareto(s: pd.DataFrame) -> pd.DataFrame:
 
 
 REGIMES = (("no loss", 0.2), ("≤ 0.5 point", 0.5), ("≤ 1 point", 1.0))
+# How a configuration qualifies for a regime "within tol of vanilla large":
+RULES = {
+    # the headline: the 95 % paired-bootstrap interval of its score minus vanilla large's lies
+    # above -tol, i.e. at 95 % confidence it loses at most tol (bildlib.intervals)
+    "interval": "lower end of the 95 % interval of (score - vanilla large's) >= -tol",
+    # the paper's: its measured score is at least vanilla large's minus tol
+    "point": "score >= vanilla large's score - tol",
+}
+SPREAD = ["score_lo", "score_hi", "speedup_lo", "speedup_hi", "delta", "delta_lo", "delta_hi"]  # summarize's
 
 
-def summary_table(s: pd.DataFrame, regimes=REGIMES) -> pd.DataFrame:
+def within(b: pd.DataFrame, vanilla_score: float, tol: float, rule: str = "interval") -> pd.Series:
+    """Which configurations of summarize() table b qualify for "within tol" under rule (RULES)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if rule == "interval":
+        if "delta_lo" not in b:
+            raise ValueError("rule 'interval' needs summarize(..., intervals=True)")
+        return b["delta_lo"] >= -tol - 1e-9
+    return b["score"] >= vanilla_score - tol - 1e-9
+
+
+def summary_table(s: pd.DataFrame, regimes=REGIMES, rules: tuple | None = None) -> pd.DataFrame:
     """Paper Table 1 from summarize(): vanilla large's score, and for unaligned and aligned BiLD
-    the best speedup whose score stays within 0.2 of vanilla ("no loss") and within 1 point (the
-    paper's two regimes), and within 0.5 (this project's benchmark bar)."""
-    vanilla_score = float(vanilla_large(s)["score"].mean())
-    rows = [{"model": "Vanilla (large)", "regime": "", "score": vanilla_score, "speedup": 1.0}]
-    for m, name in (("small", "BiLD (unaligned)"), ("aligned", "BiLD (aligned)")):
-        b = s[(s["method"] == "bild") & (s["model"] == m) & s["fallback"].notna() & s["rollback"].notna()]
-        for regime, tol in regimes:
-            r = _best(b[b["score"] >= vanilla_score - tol], "speedup")
-            if r is None:
-                rows.append({"model": name, "regime": regime})
-                continue
-            rows.append(
-                {"model": name, "regime": regime, "score": r["score"], "speedup": r["speedup"]}
-                | {"fallback": r["fallback"], "rollback": r["rollback"], "verify_end": r["verify_end"]}
-                | {"fallback_pct": r["fallback_pct"], "rollback_pct": r["rollback_pct"]}
-            )
+    the best speedup that stays within 0.2 of vanilla ("no loss") and within 1 point (the
+    paper's two regimes), and within 0.5 (this project's benchmark bar), under each rule of
+    RULES (column `rule`; None: both where summarize computed intervals, else "point"); with the
+    95 % intervals where summarize computed them."""
+    rules = rules or (("interval", "point") if "delta_lo" in s else ("point",))
+    van = vanilla_large(s)
+    vanilla_score = float(van["score"].mean())
+    spread = [c for c in SPREAD if c in s]
+    rows = []
+    for rule in rules:
+        first = van.sort_values("repeat").iloc[0]
+        rows.append({"rule": rule, "model": "Vanilla (large)", "regime": "", "score": vanilla_score,
+                     "speedup": 1.0} | first[spread].to_dict())  # fmt: skip
+        for m, name in (("small", "BiLD (unaligned)"), ("aligned", "BiLD (aligned)")):
+            b = s[(s["method"] == "bild") & (s["model"] == m) & s["fallback"].notna() & s["rollback"].notna()]
+            for regime, tol in regimes:
+                r = _best(b[within(b, vanilla_score, tol, rule)], "speedup") if not b.empty else None
+                row = {"rule": rule, "model": name, "regime": regime}
+                if r is not None:
+                    row |= {"score": r["score"], "speedup": r["speedup"]} | r[spread].to_dict()
+                    row |= {
+                        "fallback": r["fallback"],
+                        "rollback": r["rollback"],
+                        "verify_end": r["verify_end"],
+                    }
+                    row |= {"fallback_pct": r["fallback_pct"], "rollback_pct": r["rollback_pct"]}
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -151,7 +227,8 @@ def repair_examples(df: pd.DataFrame, label: str, k: int = 3) -> list[dict]:
                 "reference": r["reference"],
                 "large": large.loc[i, "output"],
             }
-            | {"small": small.loc[i, "output"], "bild": r["output"], "ids": list(r["output_ids"])}
+            | {"small": small.loc[i, "output"], "small_model": r["model"], "bild": r["output"]}
+            | {"ids": list(r["output_ids"])}
             | {"trace": r["trace"]}
         )
     return out
@@ -164,11 +241,16 @@ def token_pieces(tokenizer, ids: list[int], trace: str) -> list[tuple[str, str]]
     return [(p.replace("▁", " "), who) for p, who in zip(pieces, trace, strict=True) if p not in special]
 
 
-def thresholds_of(table: pd.DataFrame, model: str, regime: str) -> tuple[float, float]:
-    """(α_FB, α_RB) of a summary_table row, e.g. ("BiLD (aligned)", "≤ 1 point")."""
-    row = table.set_index(["model", "regime"]).loc[(model, regime)]
+def thresholds_of(table: pd.DataFrame, model: str, regime: str, rule: str = "point") -> tuple[float, float]:
+    """(α_FB, α_RB) of a summary_table row, e.g. ("BiLD (aligned)", "≤ 1 point"), under rule
+    (RULES; "point", the paper's, by default: a figure that shows one configuration shows the
+    paper's pick)."""
+    t = table[table["rule"] == rule] if "rule" in table else table
+    row = t.set_index(["model", "regime"]).loc[(model, regime)]
     if pd.isna(row.get("fallback")):
-        raise ValueError(f"no {model} configuration reaches the {regime!r} regime in this sweep")
+        raise ValueError(
+            f"no {model} configuration reaches the {regime!r} regime ({rule} rule) in this sweep"
+        )
     return float(row["fallback"]), float(row["rollback"])
 
 
@@ -205,78 +287,28 @@ def same_outputs_pct(df: pd.DataFrame, label: str, other: str = "vanilla-large")
     return 100 * float(sum(list(a[i]) == list(b[i]) for i in a.index) / len(a))
 
 
-def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Paper Tables 3 and 4 from a summarize() table holding speculative sampling over windows
-    and BiLD (small model `model`) over a grid, on the same examples.
-    Table 3: vanilla large; speculative at its best window (highest speedup); BiLD "match
-    latency" (the best score at a normalized latency no higher than speculative's) and "match
-    score" (the best speedup at a score no lower than speculative's).
-    Table 4: speculative at its best window against BiLD at its best no-loss point (score within
-    0.2 of vanilla large), with fallback and rollback per output token (%), and the share of
-    drafted tokens discarded (%: speculative's rejected drafts; BiLD's fallbacks and rolled-back
-    tokens)."""
-    cols = ["label", "score", "speedup", "fallback_pct", "rollback_pct", "rejected_pct"]
-    van, spec = vanilla_large(s), s[s["method"] == "speculative"]
+ABLATIONS = {  # Fig. 5's variants of aligned BiLD: name -> which rows of a summarize() table
+    "BiLD": lambda b: b[b["fallback"].notna() & b["rollback"].notna()],
+    "No rollback": lambda b: b[b["fallback"].notna() & b["rollback"].isna()],
+    "No fallback (window)": lambda b: b[b["fallback"].isna()],
+}
+
+
+def ablation_best(s: pd.DataFrame, model: str = "aligned", tolerances=(0.5, 1.0)) -> pd.DataFrame:
+    """Fig. 5's numbers: for each variant (ABLATIONS) its best-scoring configuration, and its
+    fastest within each tolerance of vanilla large under each rule (RULES), with the intervals."""
     b = s[(s["method"] == "bild") & (s["model"] == model)]
-    if van.empty or spec.empty or b.empty:
-        raise ValueError("speculative_tables needs vanilla-large, speculative and BiLD rows")
-    score = float(van["score"].mean())
-    sp = _best(spec, "speedup")
-
-    def row(method: str, r: pd.Series | None) -> dict:
-        return {"method": method} | ({} if r is None else r[cols].to_dict())
-
-    speculative = row("Speculative (best window)", sp)
-    t3 = [
-        {"method": "Vanilla (large)", "label": "vanilla-large", "score": score, "speedup": 1.0},
-        speculative,
-    ]
-    t3.append(row("BiLD (match latency)", _best(b[b["norm_latency"] <= sp["norm_latency"]], "score")))
-    t3.append(row("BiLD (match score)", _best(b[b["score"] >= sp["score"]], "speedup")))
-    t4 = [speculative, row("BiLD (no loss)", _best(b[b["score"] >= score - 0.2], "speedup"))]
-    return pd.DataFrame(t3), pd.DataFrame(t4)
-
-
-NUCLEUS_REGIMES = (("better score", 0.0), ("about the same", 0.2), ("≈ 1 point lower", 1.0))
-
-
-def over_seeds(summaries: dict[int, pd.DataFrame]) -> pd.DataFrame:
-    """One row per configuration of sampled sweeps run once per seed (summarize() tables keyed
-    by seed, each against its own seed's vanilla large): mean and sample standard deviation over
-    the seeds of score and speedup, mean fallback and rollback per output token (%)."""
-    if len(summaries) < 2:
-        raise ValueError(f"over_seeds needs the sweeps of at least 2 seeds, got {len(summaries)}")
-    keys = ["method", "model", "fallback", "rollback", "window"]
-    s = pd.concat([t.assign(seed=seed) for seed, t in summaries.items()], ignore_index=True)
-    s = s[s["repeat"] == 0]  # vanilla large's first run of each seed: one row per seed
-    s["config"] = s["label"].str.replace(r"-s\d+$", "", regex=True)  # the label without its seed
-    g = s.groupby(keys + ["config"], dropna=False, sort=False)
-    out = g.agg(
-        score_mean=("score", "mean"), score_std=("score", "std"), speedup_mean=("speedup", "mean"),
-        speedup_std=("speedup", "std"), fallback_pct=("fallback_pct", "mean"),
-        rollback_pct=("rollback_pct", "mean"), seeds=("seed", "nunique"),
-    ).reset_index()  # fmt: skip
-    if (out["seeds"] != len(summaries)).any():
-        bad = out.loc[out["seeds"] != len(summaries), "config"].tolist()
-        raise ValueError(f"configurations missing from some seeds' sweeps: {bad}")
-    return out
-
-
-def nucleus_table(agg: pd.DataFrame, model: str = "aligned", regimes=NUCLEUS_REGIMES) -> pd.DataFrame:
-    """Paper Table 5 from over_seeds(): vanilla large, and BiLD (small model `model`) at the
-    paper's three points, each the highest mean speedup whose mean score is above vanilla's
-    ("better score"), within 0.2 below it ("about the same") or within 1 point below it."""
-    van = vanilla_large(agg)
-    b = agg[(agg["method"] == "bild") & (agg["model"] == model)]
-    if van.empty or b.empty:
-        raise ValueError(f"nucleus_table needs vanilla-large rows and BiLD rows with the {model} model")
-    v = van.iloc[0]
-    cols = ["config", "fallback", "rollback", "score_mean", "score_std", "speedup_mean", "speedup_std"]
-    cols += ["fallback_pct", "rollback_pct", "seeds"]
-    rows = [{"row": "Vanilla (large)"} | v[cols].to_dict() | {"speedup_mean": 1.0, "speedup_std": 0.0}]
-    for name, tol in regimes:
-        low = v["score_mean"] - tol - 1e-9  # 1e-9: a mean exactly tol below is within
-        ok = b["score_mean"] > v["score_mean"] if tol == 0 else b["score_mean"] >= low
-        r = _best(b[ok], "speedup_mean")
-        rows.append({"row": f"BiLD ({name})"} | ({} if r is None else r[cols].to_dict()))
+    v = float(vanilla_large(s)["score"].mean())
+    keep = ["label", "score", "speedup", "fallback", "rollback", "window"] + [c for c in SPREAD if c in s]
+    rules = ("interval", "point") if "delta_lo" in s else ("point",)
+    rows = []
+    for name, pick in ABLATIONS.items():
+        g = pick(b)
+        top = _best(g, "score")
+        rows.append({"variant": name, "pick": "best score"} | ({} if top is None else top[keep].to_dict()))
+        for rule in rules:
+            for tol in tolerances:
+                r = _best(g[within(g, v, tol, rule)], "speedup") if not g.empty else None
+                pick_name = f"fastest within {tol:g} ({rule} rule)"
+                rows.append({"variant": name, "pick": pick_name} | ({} if r is None else r[keep].to_dict()))
     return pd.DataFrame(rows)

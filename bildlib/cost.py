@@ -101,6 +101,16 @@ MT5 = {
 }
 
 
+# config.json of google-t5/t5-small and google-t5/t5-large (T5 v1.0: ReLU FFN, tied head,
+# 32,128 entries): the paper's CNN/DM summarization pair (paper Fig. 8's setting).
+T5 = {
+    "t5-small": Arch(d=512, heads=8, d_kv=64, ff=2048, enc_layers=6, dec_layers=6, vocab=32128, gated=False,
+                     tied=True),
+    "t5-large": Arch(d=1024, heads=16, d_kv=64, ff=4096, enc_layers=24, dec_layers=24, vocab=32128,
+                     gated=False, tied=True),
+}  # fmt: skip
+
+
 def _stack(a: Arch, n: int, keys: int, cross: int) -> tuple[int, int]:
     """(FLOPs, activation elements) of n tokens through one layer that self-attends over `keys`
     positions and cross-attends over `cross` (0: an encoder layer); K/V of the cross-attention

@@ -66,3 +66,41 @@ def outputs(name: str, values: dict) -> Path:
         print(f"not the default run ({', '.join(f'{k}={v!r}' for k, v in changed.items())})")
     print(f"outputs go to {repo_relative(out)}/")
     return out
+
+
+def save_checks(checks: dict, name: str, out_dir: Path | str) -> Path:
+    """<out_dir>/<name>_checks.json: what a notebook checked while it ran (baseline spread,
+    equivalences, busy flags, ...), so that the checks reach git with the figures and a test can
+    assert them on the committed files. Values are numbers, strings, booleans or lists of them."""
+    from bildlib import data
+
+    path = Path(out_dir) / f"{name}_checks.json"
+    for k, v in checks.items():
+        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
+    with data.atomic_path(path) as tmp:
+        tmp.write_text(
+            json.dumps(checks, indent=1, ensure_ascii=False, sort_keys=True, default=_plain) + "\n"
+        )
+    return path
+
+
+def sweep_checks(s, df) -> dict:
+    """The checks every sweep notebook records: its baseline's latency and the spread of its
+    repeats, how many configurations were timed on a busy machine, the run (analysis.run_info)
+    and the metric's signature. s: analysis.summarize(df)."""
+    from bildlib import analysis
+
+    return analysis.run_info(s) | {
+        "threads": df.attrs.get("threads"),
+        "baseline ms": 1e3 * s.attrs["baseline_latency_s"],
+        "baseline repeats": s.attrs["baseline_repeats"],
+        "baseline spread %": s.attrs["baseline_spread_pct"],
+        "configurations": int(len(s)),
+        "busy configurations": int(s["busy"].sum()),
+        "signature": df.attrs.get("signature", ""),
+    }
+
+
+def _plain(x):
+    """numpy numbers as Python's (json.dumps default)."""
+    return x.item() if hasattr(x, "item") else str(x)

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bildlib import REPO_ROOT, data  # noqa: E402
-from bildlib.analysis import pareto  # noqa: E402
+from bildlib.analysis import pareto, run_tag  # noqa: E402
 
 FIGURES = REPO_ROOT / "figures"
 METRIC_NAME = {"bleu": "BLEU", "rougeL": "ROUGE-L"}
@@ -44,12 +44,59 @@ def _vanilla(s: pd.DataFrame, model: str) -> pd.DataFrame:
 
 
 def _frontier(ax, g: pd.DataFrame, color: str, name: str) -> None:
-    """All configurations faint, their Pareto frontier as a line."""
+    """All configurations faint, their Pareto frontier as a line, with its 95 % intervals."""
     if g.empty:
         return
     ax.scatter(g["norm_latency"], g["score"], s=10, color=color, alpha=0.25)
     f = pareto(g)
     ax.plot(f["norm_latency"], f["score"], "o-", color=color, ms=4, label=name)
+    _bars(ax, f, color)
+
+
+def _bars(ax, g: pd.DataFrame, color: str, x: str = "norm_latency") -> None:
+    """95 % intervals (analysis.summarize) as error bars; nothing where the rows have none.
+    x: the normalized latency's (1 / the speedup's) or the speedup's. y: the paired interval of
+    the score's difference to the baseline, drawn around the score (what a comparison with the
+    ✕ needs; the score's own, wider interval is in the CSV as score_lo / score_hi)."""
+    if "delta_lo" not in g or g.empty:
+        return
+    lo, hi = (
+        (1 / g["speedup_hi"], 1 / g["speedup_lo"])
+        if x == "norm_latency"
+        else (g["speedup_lo"], g["speedup_hi"])
+    )
+    xerr = [(g[x] - lo).clip(lower=0), (hi - g[x]).clip(lower=0)]
+    yerr = [(g["delta"] - g["delta_lo"]).clip(lower=0), (g["delta_hi"] - g["delta"]).clip(lower=0)]
+    ax.errorbar(
+        g[x], g["score"], xerr=xerr, yerr=yerr, fmt="none", ecolor=color, alpha=0.5, lw=0.7, capsize=1.5
+    )
+
+
+def legend(ax, **kw) -> None:
+    """The legend beside the axes, never over the data."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
+
+
+def caption(fig, s: pd.DataFrame, note: str = "") -> None:
+    """A line under the figure naming what it was measured with (analysis.run_tag), the
+    intervals and any note."""
+    bars = (
+        "; bars: 95 % paired bootstrap over sentences (score: its difference to the baseline)"
+        if "delta_lo" in s
+        else ""
+    )
+    fig.text(0.01, -0.02, f"{run_tag(s)}{bars}{'; ' + note if note else ''}", fontsize=6.5, va="top",
+             color="dimgray", wrap=True)  # fmt: skip
+
+
+def _smalls(ax, s: pd.DataFrame) -> None:
+    """Vanilla decoding with each small model of the sweep, as a marker (its normalized latency
+    and score)."""
+    for model, marker in (("small", "v"), ("aligned", "^")):
+        v = s[(s["method"] == "vanilla") & (s["model"] == model)]
+        if not v.empty:
+            ax.scatter(v["norm_latency"], v["score"], marker=marker, s=40, color="dimgray", zorder=5,
+                       label=f"vanilla {model} ({float(v['score'].iloc[0]):.2f})")  # fmt: skip
 
 
 BASELINE_NAME = {"large": ("vanilla large", "vanilla large"), "ee": ("full model", "full early-exit model")}
@@ -78,9 +125,11 @@ def fig4(s: pd.DataFrame, title: str = "") -> plt.Figure:
         ("aligned", "tab:red", "BiLD (aligned)"),
     ):
         _frontier(ax, s[(s["method"] == "bild") & (s["model"] == model)], color, name)
+    _smalls(ax, s)
     _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    legend(ax)
+    caption(fig, s)
     return fig
 
 
@@ -95,8 +144,9 @@ def fig2(s: pd.DataFrame, title: str = "") -> plt.Figure:
             ax.axhline(float(v["score"].mean()), color="gray", ls=ls, label=f"{model} alone")
     ax.set_xlabel("% of tokens from the large model")
     ax.set_ylabel(METRIC_NAME.get(s.attrs.get("metric", "bleu"), "score"))
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    legend(ax)
+    caption(fig, s)
     return fig
 
 
@@ -112,8 +162,9 @@ def fig5(s: pd.DataFrame, title: str = "") -> plt.Figure:
     for name, g, color in groups:
         _frontier(ax, g, color, name)
     _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    legend(ax)
+    caption(fig, s, "No-FB: every window x every α_RB of BiLD's grid")
     return fig
 
 
@@ -121,13 +172,22 @@ def fig10(s: pd.DataFrame, model: str = "aligned", title: str = "") -> plt.Figur
     """Sensitivity: one curve per α_RB over α_FB, marker size growing with α_FB."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     b = s[(s["method"] == "bild") & (s["model"] == model) & s["fallback"].notna() & s["rollback"].notna()]
+    lo, span = b["fallback"].min(), max(b["fallback"].max() - b["fallback"].min(), 1e-9)
+
+    def size(fb):  # marker area grows with α_FB
+        return 15 + 120 * (fb - lo) / span
+
     for rb, g in b.groupby("rollback"):
         g = g.sort_values("fallback")
         (line,) = ax.plot(g["norm_latency"], g["score"], "-", lw=1, label=f"α_RB = {rb:g}")
-        ax.scatter(g["norm_latency"], g["score"], s=15 + 120 * (g["fallback"] - 0.2), color=line.get_color())
+        ax.scatter(g["norm_latency"], g["score"], s=size(g["fallback"]), color=line.get_color())
+        _bars(ax, g, line.get_color())
+    for fb in sorted(set(b["fallback"]))[:: max(1, len(set(b["fallback"])) // 3)]:  # the key for marker size
+        ax.scatter([], [], s=size(pd.Series([fb])), color="gray", label=f"α_FB = {fb:g}")
     _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
-    ax.set_title(title or f"{model} small; marker size grows with α_FB")
-    ax.legend(fontsize=7)
+    ax.set_title(title or f"{model} small model; marker size grows with α_FB", fontsize=9)
+    legend(ax)
+    caption(fig, s)
     return fig
 
 
@@ -145,11 +205,15 @@ def latency_scatter(e: pd.DataFrame, title: str = "") -> plt.Figure:
     return fig
 
 
-def table3(summaries: dict[str, pd.DataFrame], title: str = "") -> plt.Figure:
-    """Paper Tables 3-4 as points: one panel per decoding mode ({mode: summarize()}), speculative
-    sampling per window (squares, labelled) against unaligned BiLD's grid and Pareto frontier."""
+def table3(summaries: dict, title: str = "") -> plt.Figure:
+    """Paper Tables 3-4 as points: one panel per decoding mode and seed ({(mode, seed): summarize()}),
+    speculative sampling per window (squares, labelled) against unaligned BiLD's grid and Pareto
+    frontier."""
     fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4), squeeze=False)
-    for ax, (mode, s) in zip(axes[0], summaries.items(), strict=True):
+    for ax, (key, s) in zip(axes[0], summaries.items(), strict=True):
+        mode = (
+            key if isinstance(key, str) else f"{key[0]}" + (f", seed {key[1]}" if key[0] == "sampled" else "")
+        )
         _frontier(ax, s[(s["method"] == "bild") & (s["model"] == "small")], "tab:blue", "BiLD (unaligned)")
         sp = s[s["method"] == "speculative"].sort_values("window")
         ax.plot(sp["norm_latency"], sp["score"], "s--", color="tab:green", ms=4, label="speculative")
@@ -157,8 +221,10 @@ def table3(summaries: dict[str, pd.DataFrame], title: str = "") -> plt.Figure:
             ax.annotate(f"{r['window']:g}", (r["norm_latency"], r["score"]), fontsize=6, xytext=(2, 2),
                         textcoords="offset points")  # fmt: skip
         _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
-        ax.set_title(f"{title} {mode}".strip())
-        ax.legend(fontsize=7)
+        ax.set_title(f"{title} {mode}".strip(), fontsize=9)
+        legend(ax)
+    caption(fig, s, "one panel per mode and seed")
+    fig.tight_layout()
     return fig
 
 
@@ -183,34 +249,54 @@ def table5(agg: pd.DataFrame, table: pd.DataFrame, title: str = "", metric: str 
     return fig
 
 
-def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: float, title: str = "") -> plt.Figure:
-    """Fig. 8: BiLD's FLOPs, memory operations and arithmetic intensity relative to vanilla large
-    (bildlib.cost.totals, column `pair` per model pair), beside the roofline projection's
-    speedups (bildlib.roofline.projection, column `pair`) and the speedup measured here."""
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
-    b = totals[totals["run"] != "vanilla large"]
-    names = {"flops_rel": "FLOPs", "bytes_rel": "memory ops", "intensity_rel": "arithmetic intensity"}
-    for j, (pair, g) in enumerate(b.groupby("pair", sort=False)):
-        x = [i + 0.38 * j for i in range(len(names))]
-        bars = ax.bar(x, [g[c].iloc[0] for c in names], width=0.36, label=pair)
+def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: dict, title: str = "", paper=None) -> plt.Figure:
+    """Fig. 8, one column per model pair (column `pair` of bildlib.cost.totals and
+    bildlib.roofline.projection; the paper's T5 setting first): top, BiLD's FLOPs, memory
+    operations and arithmetic intensity relative to vanilla large, counted from the calls;
+    bottom, the roofline projection's speedups per GPU and overhead, with the paper's measured
+    speedup (roofline.PAPER) as a line. The last column is this machine's measurement alone:
+    measured = {"speedup", "lo", "hi", "what"} (95 % interval)."""
+    pairs = list(dict.fromkeys(totals["pair"]))
+    fig, axes = plt.subplots(2, len(pairs) + 1, figsize=(4.2 * (len(pairs) + 1), 7), squeeze=False)
+    names = {"flops_rel": "FLOPs", "bytes_rel": "memory ops", "intensity_rel": "intensity"}
+    for col, pair in enumerate(pairs):
+        ax, bx = axes[0, col], axes[1, col]
+        g = totals[(totals["pair"] == pair) & (totals["run"] != "vanilla large")]
+        bars = ax.bar(list(names.values()), [g[c].iloc[0] for c in names], color="tab:blue")
         ax.bar_label(bars, fmt="%.2f×", fontsize=7)
-    ax.set_xticks([i + 0.19 for i in range(len(names))], list(names.values()))
-    ax.axhline(1.0, color="gray", lw=0.8, ls="--", label="vanilla large = 1")
-    ax.set_ylabel("BiLD / vanilla large")
-    ax.set_title(f"{title}: counted from the calls".strip(": "))
-    ax.legend(fontsize=7)
-    cols = list(dict.fromkeys(zip(proj["pair"], proj["layer_overhead_us"], strict=True)))
-    gpus = list(dict.fromkeys(proj["gpu"]))
-    w = 0.8 / len(cols)
-    for j, (pair, us) in enumerate(cols):
-        g = proj[(proj["pair"] == pair) & (proj["layer_overhead_us"] == us)].set_index("gpu").loc[gpus]
-        bx.bar([i + w * j for i in range(len(gpus))], g["speedup"], width=w, label=f"{pair}, {us:g} µs/layer")
-    bx.set_xticks([i + 0.4 - w / 2 for i in range(len(gpus))], gpus)
-    bx.axhline(measured, color="black", lw=1, ls="-.", label=f"measured here (CPU): {measured:.2f}×")
-    bx.axhline(1.0, color="gray", lw=0.8, ls="--")
-    bx.set_ylabel("predicted speedup of BiLD")
-    bx.set_title("roofline projection: a model, not a measurement", fontsize=9)
-    bx.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+        ax.set_title(f"{pair}: counted", fontsize=9)
+        ax.set_ylabel("BiLD / vanilla large") if col == 0 else None
+        p = proj[proj["pair"] == pair]
+        gpus, overheads = list(dict.fromkeys(p["gpu"])), list(dict.fromkeys(p["layer_overhead_us"]))
+        w = 0.8 / len(overheads)
+        for j, us in enumerate(overheads):
+            q = p[p["layer_overhead_us"] == us].set_index("gpu").loc[gpus]
+            bx.bar([i + w * j for i in range(len(gpus))], q["speedup"], width=w, label=f"{us:g} µs / layer")
+        bx.set_xticks([i + 0.4 - w / 2 for i in range(len(gpus))], gpus)
+        if paper and pair == pairs[0]:
+            bx.axhline(
+                paper["speedup"], color="black", lw=1, ls="-.", label=f"paper: {paper['speedup']:.2f}×"
+            )
+        bx.axhline(1.0, color="gray", lw=0.8, ls="--")
+        bx.set_title(f"{pair}: roofline projection (a model)", fontsize=9)
+        bx.set_ylabel("predicted speedup of BiLD") if col == 0 else None
+        bx.legend(fontsize=6, loc="lower right")
+    cx, dx = axes[0, -1], axes[1, -1]
+    cx.axis("off")
+    cx.text(0, 0.9, "Measured on this machine (CPU),\nthe shipped pair: its counted\nratios are in the "
+            "column above\n(same calls).", fontsize=8, va="top", transform=cx.transAxes)  # fmt: skip
+    err = [[measured["speedup"] - measured["lo"]], [measured["hi"] - measured["speedup"]]]
+    dx.bar([measured["what"]], [measured["speedup"]], yerr=err, color="tab:gray", capsize=4)
+    note = f" {measured['speedup']:.2f}× [{measured['lo']:.2f}, {measured['hi']:.2f}]"
+    dx.text(0, measured["speedup"], note, fontsize=8, va="bottom", ha="center")
+    dx.axhline(1.0, color="gray", lw=0.8, ls="--")
+    dx.set_title("measured speedup, 95 % interval", fontsize=9)
+    dx.tick_params(axis="x", labelsize=7)
+    fig.suptitle(title, fontsize=10)
+    if paper:
+        fig.text(0.01, -0.01, f"paper line: {paper['what']}", fontsize=6.5, color="dimgray", va="top")
+    fig.tight_layout()
     return fig
 
 
@@ -247,7 +333,7 @@ def example_html(rows: list[dict]) -> str:
                     ("source", html.escape(r["source"])),
                     ("reference", html.escape(r["reference"])),
                     ("large", html.escape(r["large"])),
-                    ("small", html.escape(r["small"])),
+                    (_row_name(r, "small"), html.escape(r["small"])),
                     ("BiLD", bild),
                 )
             )
@@ -264,14 +350,13 @@ def fig9(rows: list[dict]) -> plt.Figure:
     step = 1.0 / (6 * len(rows))
     for r in rows:
         for k in ("source", "reference", "large", "small"):
-            line = f"{k}: {r[k]}"
+            line = f"{_row_name(r, k)}: {r[k]}"
             line = line if len(line) <= 150 else line[:149] + "…"  # one line each
             ax.text(0, y, line, fontsize=8, va="top", transform=ax.transAxes)
             y -= step
-        x = 0.0
         ax.text(0, y, "BiLD:", fontsize=8, va="top", transform=ax.transAxes)
         x = 0.06
-        for t, who in r["bild_tokens"]:
+        for t, who in runs(r["bild_tokens"]):  # one text per run of one model's tokens: words stay whole
             txt = ax.text(
                 x, y, t, fontsize=8, va="top", transform=ax.transAxes,
                 color="tab:red" if who == "L" else "black", fontweight="bold" if who == "L" else "normal",
@@ -280,4 +365,23 @@ def fig9(rows: list[dict]) -> plt.Figure:
             bb = txt.get_window_extent().transformed(ax.transAxes.inverted())
             x = bb.x1
         y -= 2 * step
+    ax.text(0, y, "BiLD's tokens from the large model in red", fontsize=7, va="top", color="dimgray",
+            transform=ax.transAxes)  # fmt: skip
     return fig
+
+
+def runs(tokens: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Consecutive (text, who) pieces of one model joined: [("Japane", "S"), ("se", "S")] ->
+    [("Japanese", "S")]."""
+    out: list[tuple[str, str]] = []
+    for t, who in tokens:
+        if out and out[-1][1] == who:
+            out[-1] = (out[-1][0] + t, who)
+        else:
+            out.append((t, who))
+    return out
+
+
+def _row_name(r: dict, k: str) -> str:
+    """A fig9 row's name: the small model's says which small model it is ("small (aligned)")."""
+    return f"small ({r['small_model']})" if k == "small" and r.get("small_model") else k

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bildlib import analysis as A
 from bildlib import cost, roofline
 from bildlib import experiments as X
+from bildlib import sampled as S
 from bildlib.models import LM
 from conftest import PRESET, REPO, tiny_model, tiny_tokenizer
 
@@ -170,18 +170,18 @@ def test_table5_over_seeds_and_rows():
              "rollback_pct": [0, 0, 5, 3, 1]}
         )  # fmt: skip
 
-    agg = A.over_seeds({0: summary(0, 0.0), 1: summary(1, 0.2)})
+    agg = S.over_seeds({0: summary(0, 0.0), 1: summary(1, 0.2)})
     v = agg[agg["method"] == "vanilla"].iloc[0]
     assert (
         v["config"] == "vanilla-large-T1-p0.8" and v["score_mean"] == pytest.approx(30.1) and v["seeds"] == 2
     )
     assert v["score_std"] == pytest.approx(0.1414, abs=1e-3)  # sample standard deviation
-    t = A.nucleus_table(agg).set_index("row")
+    t = S.nucleus_table(agg).set_index("row")
     assert t.loc["BiLD (better score)", "config"] == "bild-aligned-fb0.6-rb1.0-T1-p0.8"  # 30.5 > 30.1
     assert t.loc["BiLD (about the same)", "config"] == "bild-aligned-fb0.4-rb1.0-T1-p0.8"  # 0.2 below
     assert t.loc["BiLD (≈ 1 point lower)", "speedup_mean"] == pytest.approx(1.6)  # 28.5 is 1.6 below
     assert t.loc["Vanilla (large)", "speedup_mean"] == 1.0
     with pytest.raises(ValueError, match="at least 2 seeds"):
-        A.over_seeds({0: summary(0, 0.0)})
+        S.over_seeds({0: summary(0, 0.0)})
     with pytest.raises(ValueError, match="missing from some seeds"):
-        A.over_seeds({0: summary(0, 0.0), 1: summary(1, 0.0).iloc[:-1]})
+        S.over_seeds({0: summary(0, 0.0), 1: summary(1, 0.0).iloc[:-1]})

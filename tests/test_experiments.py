@@ -337,3 +337,29 @@ def test_the_engine_is_in_the_key_and_changes_no_output(env):
     for bad, what in bad_configs:
         with pytest.raises(ValueError, match=what):
             X.Config(**bad)
+
+
+def test_a_configuration_equal_to_a_baseline_runs_once(env):
+    """Config("vanilla", "small") beside the automatic vanilla small (whose unused max_small_steps
+    differs), and a configuration given twice: one label and one set of rows each."""
+    grid = [X.Config("vanilla", "small"), X.bild("small", 0.5, 1.0), X.bild("small", 0.5, 1.0)]
+    df = X.sweep(PRESET, grid, n_examples=3, results=env, baseline_repeats=1, progress=False)
+    counts = df.groupby("label").size()
+    assert list(counts) == [3] * len(counts) and len(counts) == 3  # vanilla large, vanilla small, BiLD
+    assert X.Config("vanilla", "small").canonical() == X.vanilla("small").canonical()
+    assert X.bild("small", 0.5, 1.0).canonical() != X.bild("small", 0.5, 2.0).canonical()
+    with pytest.raises(ValueError, match="share the label"):  # the label hides max_small_steps
+        c = X.bild("small", 0.5, 1.0)
+        twin = dataclasses.replace(c, max_small_steps=5)
+        X.sweep(PRESET, [c, twin], n_examples=2, results=env, progress=False)
+
+
+def test_every_row_is_keyed_by_its_sweep(env):
+    """Like for like: a configuration timed in one sweep is not reused by a sweep with other
+    members (it times its own baseline); the same sweep again is all cached."""
+    a = X.sweep(PRESET, GRID[:1], n_examples=2, results=env, baseline_repeats=1, progress=False)
+    again = X.sweep(PRESET, GRID[:1], n_examples=2, results=env, baseline_repeats=1, progress=False)
+    b = X.sweep(PRESET, GRID[:2], n_examples=2, results=env, baseline_repeats=1, progress=False)
+    assert again.attrs["decoded"] == {0: 0}
+    assert b.attrs["decoded"] == {0: 2 * b["label"].nunique()}  # every row of b timed in b
+    assert set(a["label"]) < set(b["label"])

@@ -129,6 +129,17 @@ class Config:
         end = ("-exact" if self.distance == "exact" else "") + end
         return f"bild-{self.model}-{fb}-{rb}" + end + ("-authors" if self.rules == "authors" else "")
 
+    def canonical(self) -> Config:
+        """This configuration with the fields its method does not read at their defaults: two
+        configurations that decode alike have equal canonical forms (e.g. Config("vanilla",
+        "small") and vanilla("small"), whose unused max_small_steps differ)."""
+        used = READS.get(self.method)
+        if used is None:  # bild reads every field
+            return self
+        keep = {"method", "model", "engine", "repeat"} | used
+        return dataclasses.replace(self, **{f.name: f.default for f in dataclasses.fields(self)
+                                            if f.name not in keep})  # fmt: skip
+
     def needs(self) -> list[str]:
         """The models this configuration runs."""
         alone = self.method in ("vanilla", "generate", "calm") or self.model == "ee"
@@ -136,6 +147,32 @@ class Config:
 
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
+SAMPLED = {"temperature", "top_p", "seed"}
+# The fields each method's decoder reads besides method, model, engine and repeat
+# (experiments.measure.decode); bild reads them all.
+READS = {
+    "vanilla": SAMPLED, "generate": set(), "calm": {"threshold", "tau", "measure"},
+    "assisted": {"window", "threshold"}, "oracle": {"threshold"}, "speculative": {"window"} | SAMPLED,
+}  # fmt: skip
+
+
+def unique(first: list[Config], rest: list[Config]) -> list[Config]:
+    """rest without the configurations that decode as one before them (in first or earlier in
+    rest; Config.canonical), in order. Two that decode differently under one label are an error:
+    their rows would be summarized as one configuration."""
+    seen = {c.canonical(): c for c in first}
+    labels = {c.label: c for c in first}
+    out = []
+    for c in rest:
+        k = c.canonical()
+        if k in seen:
+            continue
+        if c.label in labels:
+            raise ValueError(f"two configurations share the label {c.label!r} but decode differently: "
+                             f"{labels[c.label]!r} and {c!r}")  # fmt: skip
+        seen[k], labels[c.label] = c, c
+        out.append(c)
+    return out
 
 
 def _sampled(sampling: Sampling | None) -> dict:

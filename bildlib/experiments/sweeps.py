@@ -9,9 +9,12 @@ and the shards take about equally long. Normalized latency and speedup are compu
 shard against its own baseline (analysis.summarize). Every configuration decodes every example,
 so its quality is corpus-level whichever worker ran it.
 
-With more than one shard each job's key holds its shard (index, count and members): a
-baseline timed in one shard never serves another, and another sharding of the grid recomputes.
-One shard (the local default) keys exactly as an unsharded run.
+Each job's key holds its shard (index, count and members): a row timed in one sweep never
+serves another sweep or shard, so every ratio compares rows timed together, interleaved. Two
+notebooks that sweep the same grid (fig4, fig10, fig8, latency_scatter) share their rows; a
+sweep with other members (fig5, table3's greedy BiLD rows) times its own baseline. Another
+sharding of the grid recomputes. A configuration given twice, or equal to a baseline (e.g.
+Config("vanilla", "small") beside the automatic vanilla small), runs once under one label.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from bildlib import presets
 from bildlib.decoding import Sampling
 from bildlib.decoding.common import check_count
 from bildlib.experiments import busy, cache, interleave
-from bildlib.experiments.config import FIELDS, Config, vanilla
+from bildlib.experiments.config import FIELDS, Config, unique, vanilla
 from bildlib.experiments.runner import Models, examples, plan, with_checkpoints
 
 EXECUTORS = ("local", "ray")
@@ -42,9 +45,9 @@ class Shard:
     configs: list[Config]  # in interleaving order, baselines included
 
     @property
-    def key(self) -> dict | None:
-        if self.of == 1:
-            return None  # keyed as an unsharded run: the local executor's results stay valid
+    def key(self) -> dict:
+        """Every job of a shard is keyed by the shard's members: a row timed in one sweep never
+        stands in another (like for like: a ratio only compares rows timed together)."""
         members = cache.key({"configs": [dataclasses.asdict(c) for c in self.configs]})
         return {"index": self.index, "of": self.of, "members": members}
 
@@ -140,7 +143,7 @@ def sweep(
     base = [vanilla(baseline, r, sampling) for r in range(baseline_repeats)]
     smalls = sorted({c.model for c in configs if c.model != baseline})
     smalls = [vanilla(m, sampling=sampling) for m in smalls]
-    others = [c for c in dict.fromkeys(smalls + configs) if c not in base]
+    others = unique(base, smalls + configs)  # one label, one set of rows each (config.unique)
     if executor == "ray":
         from bildlib.experiments import cluster  # Ray is an optional extra
 
@@ -196,6 +199,7 @@ def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
                 score=r.attrs["score"],
                 busy=why is not None,
                 ran_on=used,
+                dtype=r.spec["dtypes"][c.needs()[-1]],  # what the configuration's (large) model ran in
                 shard=k["index"],
             )  # fmt: skip
         )
@@ -212,6 +216,7 @@ def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
         "metric": results[0].attrs["metric"],
         "signature": results[0].attrs["signature"],
         "baseline": baseline,
+        "threads": results[0].spec["threads"],
         "shards": max(r.spec.get("shard", {"of": 1})["of"] for r in results),
     }
     return out

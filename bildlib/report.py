@@ -1,0 +1,280 @@
+"""README's result blocks, generated from the committed CSVs and JSON: one source for every number.
+
+README.md holds each block between `<!-- report:NAME -->` and `<!-- /report:NAME -->`; BLOCKS
+maps NAME to the function that writes it from the files under a root (the repository, or a copy
+a test edits). `python -m bildlib.report` (make report) rewrites the blocks in place;
+`--check` exits 1, naming the blocks, when README differs from what the files give (the test
+suite runs it). Nothing between the markers is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from bildlib import REPO_ROOT, data
+
+BLOCK = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
+
+
+def _csv(root: Path, path: str) -> pd.DataFrame:
+    f = root / path
+    if not f.is_file():
+        raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
+    return pd.read_csv(f)
+
+
+def _json(root: Path, path: str) -> dict:
+    f = root / path
+    if not f.is_file():
+        raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
+    return json.loads(f.read_text())
+
+
+def _num(x, fmt: str = ".2f", unit: str = "") -> str:
+    return "–" if pd.isna(x) else f"{x:{fmt}}{unit}"
+
+
+def _ci(r, col: str, fmt: str = ".2f", unit: str = "") -> str:
+    """ "value [lo, hi]" from a row's col and its col_lo / col_hi (or only the value)."""
+    v = _num(r.get(col), fmt, unit)
+    lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
+    if v == "–" or lo is None or pd.isna(lo):
+        return v
+    return f"{v} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _run(checks: dict) -> str:
+    """The line naming what a run was measured with, from a notebook's _checks.json."""
+    return (
+        f"n = {checks['n']}, {checks['dtype']}, {checks['engine']} engine, {checks['device']} "
+        f"({checks.get('threads', 2)} threads); baseline {checks['baseline']} "
+        f"{checks['baseline ms']:.1f} ms per sentence, its {checks['baseline repeats']} interleaved repeats "
+        f"spread {checks['baseline spread %']:.1f} %; {checks['busy configurations']} of "
+        f"{checks['configurations']} configurations timed on a busy machine"
+    )
+
+
+def _regimes(t: pd.DataFrame, rule: str) -> str:
+    rows = []
+    for _, r in t[t["rule"] == rule].iterrows():
+        fb = "" if pd.isna(r.get("fallback")) else f"{r['fallback']:g}"
+        rb = "" if pd.isna(r.get("rollback")) else f"{r['rollback']:g}"
+        end = {True: "yes", False: "no"}.get(r.get("verify_end") in (True, "True"), "")
+        end = "" if not fb else end
+        rows.append([r["model"], r["regime"], _ci(r, "score"), _ci(r, "delta", "+.2f"),
+                     _ci(r, "speedup", ".2f", "×"), fb, rb, end])  # fmt: skip
+    head = ["", "regime", "BLEU [95 %]", "Δ BLEU vs vanilla [95 %, paired]", "speedup [95 %]", "α_FB", "α_RB",
+            "verify_end"]  # fmt: skip
+    return _table(head, rows)
+
+
+def table1(root: Path, folder: str = "figures") -> str:
+    """Table 1 (fig4.ipynb) under the interval rule, with the point rule's picks after it."""
+    t, c = _csv(root, f"{folder}/table1.csv"), _json(root, f"{folder}/fig4_checks.json")
+    return "\n".join([
+        f"*{_run(c)}. `{c['signature']}`.*", "",
+        "Regimes decided on the interval (a configuration qualifies when the lower end of the 95 % "
+        "paired interval of its BLEU difference to vanilla large is at least −tol: at 95 % confidence "
+        "it loses at most tol):", "", _regimes(t, "interval"), "",
+        "The paper's rule (the measured BLEU within tol), for comparison:", "", _regimes(t, "point"),
+    ])  # fmt: skip
+
+
+def headline(root: Path) -> str:
+    return table1(root, "figures/full")
+
+
+def authors(root: Path) -> str:
+    return table1(root, "figures/authors")
+
+
+def fig5(root: Path) -> str:
+    t, c = _csv(root, "figures/fig5_best.csv"), _json(root, "figures/fig5_checks.json")
+    rows = []
+    for _, r in t[~t["pick"].str.contains("point rule")].iterrows():
+        what = r["label"] if isinstance(r.get("label"), str) else "none"
+        rows.append([r["variant"], r["pick"].replace(" (interval rule)", ""), what, _ci(r, "score"),
+                     _ci(r, "delta", "+.2f"), _ci(r, "speedup", ".2f", "×")])  # fmt: skip
+    head = [
+        "variant",
+        "pick (interval rule)",
+        "configuration",
+        "BLEU [95 %]",
+        "Δ vs vanilla [95 %]",
+        "speedup [95 %]",
+    ]
+    return f"*{_run(c)}.*\n\n" + _table(head, rows)
+
+
+def tables34(root: Path) -> str:
+    out = []
+    for name in ("table3", "table4"):
+        t = _csv(root, f"figures/{name}.csv")
+        rows = []
+        for _, r in t.iterrows():
+            if r["seeds"] > 1:
+                score = f"{r['score']:.2f} ± {r['score_std']:.2f}"
+                speed = f"{r['speedup']:.2f} ± {r['speedup_std']:.2f}×"
+            else:
+                score, speed = _ci(r, "score"), _ci(r, "speedup", ".2f", "×")
+            rows.append([r["mode"], str(int(r["seeds"])), r["method"], str(r.get("label", "")), score, speed,
+                         _num(r.get("fallback_pct"), ".1f"), _num(r.get("rollback_pct"), ".1f"),
+                         _num(r.get("large_call_pct"), ".1f")])  # fmt: skip
+        head = ["mode", "seeds", "method", "configuration", "BLEU", "speedup", "fallback %", "rollback %",
+                "large calls per token %"]  # fmt: skip
+        out += [f"**{name.title()}**", "", _table(head, rows), ""]
+    c = _json(root, "figures/table3_checks.json")
+    greedy = c["greedy speculative = vanilla large, % of examples (worst window)"]
+    return "\n".join(out) + (
+        f"Greedy: one sweep, [95 % intervals]. Sampled: seeds {c['sampled seeds']}, one sweep each, "
+        f"mean ± std over seeds. Greedy speculative decoding wrote vanilla large's tokens on {greedy:.0f} % "
+        "of the sentences at its worst window."
+    )
+
+
+def table5(root: Path) -> str:
+    t = _csv(root, "figures/table5.csv")
+    rows = [[r["row"], str(r.get("config", "")), f"{r['score_mean']:.2f} ± {r['score_std']:.2f}",
+             f"{r['speedup_mean']:.2f} ± {r['speedup_std']:.2f}×", _num(r.get("fallback_pct"), ".1f"),
+             _num(r.get("rollback_pct"), ".1f"), _num(r.get("seeds"), ".0f")]
+            for _, r in t.iterrows() if not pd.isna(r.get("score_mean"))]  # fmt: skip
+    return _table(
+        ["row", "configuration", "BLEU (mean ± std)", "speedup", "fallback %", "rollback %", "seeds"], rows
+    )
+
+
+def fig8(root: Path) -> str:
+    t, p, c = (
+        _csv(root, "figures/fig8.csv"),
+        _csv(root, "figures/fig8_roofline.csv"),
+        _json(root, "figures/fig8_checks.json"),
+    )
+    b = t[t["run"] != "vanilla large"]
+    rows = [[r["pair"], f"{r['flops_rel']:.2f}×", f"{r['bytes_rel']:.2f}×", f"{r['intensity_rel']:.2f}×"]
+            for _, r in b.iterrows()]  # fmt: skip
+    proj = p.pivot_table(index=["pair", "layer_overhead_us"], columns="gpu", values="speedup", sort=False)
+    prow = [
+        [pair, f"{us:g} µs"] + [f"{proj.loc[(pair, us), g]:.2f}×" for g in proj.columns]
+        for pair, us in proj.index
+    ]
+    lo, hi = c["measured speedup 95% interval"]
+    return "\n".join([
+        f"Counted for `{c['counted']}` against vanilla large (the same calls on each pair's shapes):", "",
+        _table(["pair", "FLOPs", "memory ops", "arithmetic intensity"], rows), "",
+        "Roofline projection (a model, not a measurement; 16-bit weights):", "",
+        _table(["pair", "overhead per layer", *proj.columns], prow), "",
+        f"Measured on this machine: {c['measured speedup']:.2f}× [{lo:.2f}, {hi:.2f}] ({_run(c)}).",
+    ])  # fmt: skip
+
+
+def peers(root: Path, folder: str = "figures/peers") -> str:
+    t = _csv(root, f"{folder}/peers.csv")
+    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", f"{r['speedup_same_engine']:.2f}×",
+             f"{r['speedup_vs_generate']:.2f}×", _num(r.get("loop_pct"), ".1f")]
+            for _, r in t.iterrows()]  # fmt: skip
+    head = [
+        "decoder",
+        "BLEU",
+        "ms / sentence",
+        "speedup, same engine",
+        "vs `generate`",
+        "loop % of call time",
+    ]
+    return _table(head, rows)
+
+
+def peers_val(root: Path) -> str:
+    return peers(root, "figures/peers/val")
+
+
+def early_exit(root: Path) -> str:
+    b, m = _csv(root, "figures/fig7_best.csv"), _csv(root, "figures/fig7_matched.csv")
+    c6, c7 = _json(root, "figures/fig6_checks.json"), _json(root, "figures/fig7_checks.json")
+    rows = [[r["curve"], f"{r['within']:g}", str(r.get("label", "")), _ci(r, "score"),
+             _ci(r, "speedup", ".2f", "×")] for _, r in b.iterrows()]  # fmt: skip
+    mrow = [[f"{r['speedup']:.2f}×", _num(r["bild"]), _num(r["calm"]), _num(r["bild_minus_calm"], "+.2f")]
+            for _, r in m.iterrows()]  # fmt: skip
+    return "\n".join([
+        f"*fig6: {_run(c6)}. fig7: {_run(c7)}.*", "",
+        _table(["curve", "within (BLEU)", "fastest", "BLEU [95 %]", "speedup [95 %]"], rows), "",
+        "Best BLEU at or below each latency (the frontiers read as step functions):", "",
+        _table(["speedup", "early-exit BiLD", "CALM", "BiLD − CALM"], mrow),
+    ])  # fmt: skip
+
+
+def latency(root: Path) -> str:
+    c = _json(root, "figures/latency_scatter_checks.json")
+    return (f"`{c['shown']}` was slower than vanilla large on {c['slower examples']} of {c['examples']} "
+            f"sentences ({_run(c)}).")  # fmt: skip
+
+
+def pair(root: Path) -> str:
+    p = _json(root, "data/checkpoints/pair.json")
+    rows = []
+    for name, m in p["models"].items():
+        scores = [f"{m[split]['bleu']:.2f}" for split in ("val", "test_2016_flickr")]
+        ms = f"{m['latency']['per_token_ms']:.2f}"
+        rows.append([f"`{name}`", f"{m['params'] / 1e6:.2f} M", *scores, ms])
+    return _table(
+        ["checkpoint", "parameters", "greedy BLEU, val (1,014)", "test 2016 (1,000)", "ms / token (CPU)"],
+        rows,
+    )
+
+
+BLOCKS: dict[str, Callable[[Path], str]] = {
+    "headline": headline, "table1": table1, "authors": authors, "fig5": fig5, "tables34": tables34,
+    "table5": table5, "fig8": fig8, "peers": peers, "peers-val": peers_val, "early-exit": early_exit,
+    "latency": latency, "pair": pair,
+}  # fmt: skip
+
+
+def render(text: str, root: Path = REPO_ROOT) -> str:
+    """text with every block regenerated from the files under root; an unknown block is an error."""
+
+    def one(m: re.Match) -> str:
+        name = m["name"]
+        if name not in BLOCKS:
+            raise ValueError(f"README block {name!r} has no generator in bildlib.report.BLOCKS")
+        return m.group(1) + BLOCKS[name](root).rstrip() + "\n" + m.group(4)
+
+    return BLOCK.sub(one, text)
+
+
+def stale(text: str, root: Path = REPO_ROOT) -> list[str]:
+    """The names of the blocks of text that differ from what the files under root give."""
+    new = {m["name"]: m["body"] for m in BLOCK.finditer(render(text, root))}
+    return [m["name"] for m in BLOCK.finditer(text) if new[m["name"]] != m["body"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bildlib.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check: exit 1 if a block is stale")
+    ap.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md")
+    a = ap.parse_args(argv)
+    text = a.readme.read_text()
+    if a.check:
+        if bad := stale(text):
+            print(f"{a.readme.name}: stale block(s) {', '.join(bad)}: run make report", file=sys.stderr)
+            return 1
+        print(f"{a.readme.name}: every block matches the committed files")
+        return 0
+    with data.atomic_path(a.readme) as tmp:
+        tmp.write_text(render(text))
+    print(f"{a.readme.name}: {len(BLOCK.findall(text))} blocks regenerated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

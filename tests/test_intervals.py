@@ -1,0 +1,80 @@
+"""bildlib.intervals: the paired bootstrap behind every interval, and the regimes decided on it."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bildlib import analysis as A
+from bildlib import intervals, metrics
+
+HYPS = ["a man rides a bike .", "two dogs play in the snow .", "a woman is reading a book .",
+        "children run on the beach .", "a cat sleeps on a red sofa ."] * 4  # fmt: skip
+REFS = ["a man is riding a bike .", "two dogs are playing in snow .", "a woman reads a book .",
+        "kids are running on a beach .", "a cat is sleeping on the red couch ."] * 4  # fmt: skip
+
+
+def rows(label, outputs, latency, repeat=0, model="small", method="bild", fb=0.5):
+    n = len(outputs)
+    return pd.DataFrame({
+        "label": label, "id": range(n), "output": outputs, "reference": REFS[:n], "latency_s": latency,
+        "method": method, "model": model, "fallback": fb, "rollback": 1.0, "window": None, "threshold": None,
+        "repeat": repeat, "tokens": 10, "fallbacks": 1, "rollbacks": 1, "large_tokens": 3,
+    })  # fmt: skip
+
+
+def sweep(*configs):
+    van = {"method": "vanilla", "model": "large", "fb": None}
+    base = [rows("vanilla-large", REFS, 0.010, **van), rows("vanilla-large#1", REFS, 0.011, repeat=1, **van)]
+    df = pd.concat(base + list(configs), ignore_index=True)
+    df["score"] = df.groupby("label")["output"].transform(
+        lambda o: metrics.bleu(list(o), REFS[: len(o)]).value
+    )
+    df.attrs["metric"] = "bleu"
+    return df
+
+
+def test_bootstrap_recomputes_the_librarys_corpus_score():
+    """Summing the sentence statistics of every sentence once gives sacrebleu's corpus BLEU: our
+    use of its internals is pinned to its own number."""
+    st = intervals.sentence_stats("bleu", HYPS, REFS)
+    got = intervals.corpus_scores("bleu", st.sum(0)[None], len(HYPS))[0]
+    assert got == pytest.approx(metrics.bleu(HYPS, REFS).value, abs=1e-9)
+    st = intervals.sentence_stats("rougeL", HYPS, REFS)
+    assert intervals.corpus_scores("rougeL", st.sum(0)[None], len(HYPS))[0] == pytest.approx(
+        metrics.rouge_l(HYPS, REFS).value
+    )
+    w = intervals.draws(7, 50)
+    assert w.shape == (50, 7) and (w.sum(1) == 7).all() and (w == intervals.draws(7, 50)).all()  # seeded
+
+
+def test_intervals_hold_the_point_estimates_and_the_pairing():
+    twice = rows("slow-same", REFS, 0.021)  # vanilla's outputs, twice as slow as the baseline's mean
+    other = rows("worse", HYPS, np.linspace(0.004, 0.006, 20))
+    s = A.summarize(sweep(twice, other)).set_index("label")
+    for label, r in s.iterrows():
+        assert r["score_lo"] <= r["score"] <= r["score_hi"], label
+        assert r["delta_lo"] <= r["delta"] <= r["delta_hi"], label
+    # same outputs as the baseline: the paired difference is exactly 0 in every replicate
+    assert s.loc["slow-same", ["delta", "delta_lo", "delta_hi"]].tolist() == [0, 0, 0]
+    # constant latencies: the speedup's interval is the spread of the baseline's two repeats
+    assert s.loc["slow-same", "speedup_lo"] == pytest.approx(0.010 / 0.021)
+    assert s.loc["slow-same", "speedup_hi"] == pytest.approx(0.011 / 0.021)
+    assert s.loc["worse", "delta_hi"] < 0  # every sentence worse: the whole interval below 0
+    assert s.loc["worse", "score_hi"] - s.loc["worse", "score_lo"] > 1
+
+
+def test_regimes_decided_on_the_interval():
+    """A configuration whose measured score is within tol but whose interval reaches below -tol
+    qualifies under the paper's point rule and not under the interval rule."""
+    mixed = [h if i % 2 else r for i, (h, r) in enumerate(zip(HYPS, REFS, strict=True))]
+    noisy = rows("noisy", mixed, 0.002, fb=0.3)
+    s = A.summarize(sweep(noisy))
+    r = s.set_index("label").loc["noisy"]
+    tol = -r["delta"] + 0.01  # just within, measured
+    assert r["delta_lo"] < -tol
+    assert A.within(s, 0, 0, "point").dtype == bool
+    t = A.summary_table(s, regimes=(("tol", tol),)).set_index(["rule", "model", "regime"])
+    assert t.loc[("point", "BiLD (unaligned)", "tol"), "speedup"] > 1
+    assert pd.isna(t.loc[("interval", "BiLD (unaligned)", "tol"), "speedup"])
+    with pytest.raises(ValueError, match="rule must be one of"):
+        A.within(s, 0, 0, "vibes")

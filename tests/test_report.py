@@ -1,0 +1,92 @@
+"""README's numbers: generated from the committed files (bildlib.report), checked against them,
+nothing quoted by hand; the layout table names every module; the committed checks hold."""
+
+import json
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from bildlib import report
+from conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def test_readme_blocks_match_the_committed_files():
+    assert report.stale(README) == [], "run make report"
+    assert set(m["name"] for m in report.BLOCK.finditer(README)) == set(report.BLOCKS)
+
+
+def test_editing_a_csv_makes_the_check_fail(tmp_path):
+    shutil.copytree(REPO / "figures", tmp_path / "figures")
+    (tmp_path / "data" / "checkpoints").mkdir(parents=True)
+    shutil.copy(REPO / "data" / "checkpoints" / "pair.json", tmp_path / "data" / "checkpoints")
+    assert report.stale(README, tmp_path) == []
+    f = tmp_path / "figures" / "full" / "table1.csv"
+    t = pd.read_csv(f)
+    t.loc[t["speedup"].notna() & (t["model"] != "Vanilla (large)"), "speedup"] += 0.01
+    t.to_csv(f, index=False)
+    assert report.stale(README, tmp_path) == ["headline"]
+    assert report.main(["--check", "--readme", str(REPO / "README.md")]) == 0
+    (tmp_path / "figures" / "fig5_best.csv").unlink()
+    with pytest.raises(FileNotFoundError, match="fig5_best.csv"):
+        report.render(README, tmp_path)
+
+
+def test_no_result_number_stands_outside_a_block():
+    outside = report.BLOCK.sub("", README)
+    assert not re.findall(r"\d+(?:\.\d+)?×", outside), "a speedup typed by hand: put it in a report block"
+    assert not re.findall(r"\b\d{2}\.\d{2}\b", outside), "a score typed by hand: put it in a report block"
+    assert len(README.splitlines()) <= 300
+
+
+def test_layout_table_names_every_module_and_only_existing_ones():
+    named = set()
+    for line in README.splitlines():
+        if not line.startswith("| `"):
+            continue
+        folder = None
+        for name in re.findall(r"`([\w./]+)`", line.split("|")[1]):
+            if name.endswith("/"):
+                folder = name
+                continue
+            base = REPO / ("" if folder == "kernels/" else "bildlib") / (folder or "")
+            assert (base / name).is_file(), (
+                f"README's layout names {folder or ''}{name}, which does not exist"
+            )
+            named.add((base / name).resolve())
+    modules = {p.resolve() for p in [*(REPO / "bildlib").rglob("*.py"), *(REPO / "kernels").glob("*.py")]
+               if p.name != "__init__.py"}  # fmt: skip
+    missing = sorted(str(p.relative_to(REPO)) for p in modules - named)
+    assert not missing, f"modules missing from README's layout table: {missing}"
+
+
+CHECKED = ["fig4", "fig2", "fig5", "fig10", "fig8", "table3", "latency_scatter", "full/fig4", "authors/fig4"]
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_committed_checks_hold(name):
+    """What each committed run checked while it ran: the run is named (n, dtype, engine), its
+    baseline's repeats agree, nothing was timed on a busy machine; table3: greedy speculative
+    decoding wrote vanilla large's tokens on every sentence."""
+    c = json.loads((REPO / "figures" / f"{name}_checks.json").read_text())
+    if name != "table3":
+        assert c["dtype"] in ("float32", "bfloat16") and c["engine"] in ("lean", "hf") and c["n"] >= 100
+        assert c["busy configurations"] == 0
+        assert c["baseline spread %"] < 10, (
+            "the baseline's interleaved repeats disagree: rerun on an idle machine"
+        )
+        assert c["signature"].startswith("nrefs:1|")
+    else:
+        assert c["greedy speculative = vanilla large, % of examples (worst window)"] == 100
+        assert len(c["sampled seeds"]) >= 3
+
+
+@pytest.mark.parametrize("csv", ["fig4", "fig5", "fig10", "fig2", "full/fig4", "authors/fig4"])
+def test_committed_summaries_name_their_run_and_carry_intervals(csv):
+    s = pd.read_csv(REPO / "figures" / f"{csv}.csv")
+    assert {"dtype", "ran_on", "device_name", "n"} <= set(s) and s["dtype"].notna().all()
+    assert s[["score_lo", "score_hi", "speedup_lo", "speedup_hi", "delta_lo", "delta_hi"]].notna().all().all()
+    assert (s["score_lo"] <= s["score"] + 1e-9).all() and (s["score"] <= s["score_hi"] + 1e-9).all()
