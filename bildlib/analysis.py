@@ -201,46 +201,6 @@ def summary_table(s: pd.DataFrame, regimes=REGIMES, rules: tuple | None = None) 
     return pd.DataFrame(rows)
 
 
-def repair_examples(df: pd.DataFrame, label: str, k: int = 3) -> list[dict]:
-    """Fig 9: the k examples where `label` (a BiLD run) gains most sentence BLEU over vanilla
-    small while taking some tokens from the large model; each with the outputs of reference,
-    large, small and BiLD, BiLD's as (token text, "S" | "L") pieces."""
-    from sacrebleu.metrics import BLEU
-
-    sb = BLEU(effective_order=True)
-    by = {lab: g.set_index("id") for lab, g in df.groupby("label")}
-    bild_rows, small, large = by[label], by["vanilla-" + by[label]["model"].iloc[0]], by["vanilla-large"]
-    gain = []
-    for i, r in bild_rows.iterrows():
-        if "L" not in r["trace"] or r["output"] == small.loc[i, "output"]:
-            continue
-        g = sb.sentence_score(r["output"], [r["reference"]]).score
-        g -= sb.sentence_score(small.loc[i, "output"], [r["reference"]]).score
-        gain.append((g, i))
-    out = []
-    for _, i in sorted(gain, reverse=True)[:k]:
-        r = bild_rows.loc[i]
-        out.append(
-            {
-                "id": int(i),
-                "source": r["source"],
-                "reference": r["reference"],
-                "large": large.loc[i, "output"],
-            }
-            | {"small": small.loc[i, "output"], "small_model": r["model"], "bild": r["output"]}
-            | {"ids": list(r["output_ids"])}
-            | {"trace": r["trace"]}
-        )
-    return out
-
-
-def token_pieces(tokenizer, ids: list[int], trace: str) -> list[tuple[str, str]]:
-    """(text, "S" | "L") per output token, spaces restored from sentencepiece's "▁"."""
-    pieces = tokenizer.convert_ids_to_tokens(list(ids))
-    special = set(tokenizer.all_special_tokens)
-    return [(p.replace("▁", " "), who) for p, who in zip(pieces, trace, strict=True) if p not in special]
-
-
 def thresholds_of(table: pd.DataFrame, model: str, regime: str, rule: str = "point") -> tuple[float, float]:
     """(α_FB, α_RB) of a summary_table row, e.g. ("BiLD (aligned)", "≤ 1 point"), under rule
     (RULES; "point", the paper's, by default: a figure that shows one configuration shows the

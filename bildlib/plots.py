@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import matplotlib
@@ -249,57 +248,6 @@ def table5(agg: pd.DataFrame, table: pd.DataFrame, title: str = "", metric: str 
     return fig
 
 
-def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: dict, title: str = "", paper=None) -> plt.Figure:
-    """Fig. 8, one column per model pair (column `pair` of bildlib.cost.totals and
-    bildlib.roofline.projection; the paper's T5 setting first): top, BiLD's FLOPs, memory
-    operations and arithmetic intensity relative to vanilla large, counted from the calls;
-    bottom, the roofline projection's speedups per GPU and overhead, with the paper's measured
-    speedup (roofline.PAPER) as a line. The last column is this machine's measurement alone:
-    measured = {"speedup", "lo", "hi", "what"} (95 % interval)."""
-    pairs = list(dict.fromkeys(totals["pair"]))
-    fig, axes = plt.subplots(2, len(pairs) + 1, figsize=(4.2 * (len(pairs) + 1), 7), squeeze=False)
-    names = {"flops_rel": "FLOPs", "bytes_rel": "memory ops", "intensity_rel": "intensity"}
-    for col, pair in enumerate(pairs):
-        ax, bx = axes[0, col], axes[1, col]
-        g = totals[(totals["pair"] == pair) & (totals["run"] != "vanilla large")]
-        bars = ax.bar(list(names.values()), [g[c].iloc[0] for c in names], color="tab:blue")
-        ax.bar_label(bars, fmt="%.2f×", fontsize=7)
-        ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-        ax.set_title(f"{pair}: counted", fontsize=9)
-        ax.set_ylabel("BiLD / vanilla large") if col == 0 else None
-        p = proj[proj["pair"] == pair]
-        gpus, overheads = list(dict.fromkeys(p["gpu"])), list(dict.fromkeys(p["layer_overhead_us"]))
-        w = 0.8 / len(overheads)
-        for j, us in enumerate(overheads):
-            q = p[p["layer_overhead_us"] == us].set_index("gpu").loc[gpus]
-            bx.bar([i + w * j for i in range(len(gpus))], q["speedup"], width=w, label=f"{us:g} µs / layer")
-        bx.set_xticks([i + 0.4 - w / 2 for i in range(len(gpus))], gpus)
-        if paper and pair == pairs[0]:
-            bx.axhline(
-                paper["speedup"], color="black", lw=1, ls="-.", label=f"paper: {paper['speedup']:.2f}×"
-            )
-        bx.axhline(1.0, color="gray", lw=0.8, ls="--")
-        bx.set_title(f"{pair}: roofline projection (a model)", fontsize=9)
-        bx.set_ylabel("predicted speedup of BiLD") if col == 0 else None
-        bx.legend(fontsize=6, loc="lower right")
-    cx, dx = axes[0, -1], axes[1, -1]
-    cx.axis("off")
-    cx.text(0, 0.9, "Measured on this machine (CPU),\nthe shipped pair: its counted\nratios are in the "
-            "column above\n(same calls).", fontsize=8, va="top", transform=cx.transAxes)  # fmt: skip
-    err = [[measured["speedup"] - measured["lo"]], [measured["hi"] - measured["speedup"]]]
-    dx.bar([measured["what"]], [measured["speedup"]], yerr=err, color="tab:gray", capsize=4)
-    note = f" {measured['speedup']:.2f}× [{measured['lo']:.2f}, {measured['hi']:.2f}]"
-    dx.text(0, measured["speedup"], note, fontsize=8, va="bottom", ha="center")
-    dx.axhline(1.0, color="gray", lw=0.8, ls="--")
-    dx.set_title("measured speedup, 95 % interval", fontsize=9)
-    dx.tick_params(axis="x", labelsize=7)
-    fig.suptitle(title, fontsize=10)
-    if paper:
-        fig.text(0.01, -0.01, f"paper line: {paper['what']}", fontsize=6.5, color="dimgray", va="top")
-    fig.tight_layout()
-    return fig
-
-
 def peers(head: pd.DataFrame, title: str = "", metric: str = "bleu") -> plt.Figure:
     """ms per sentence of each headline decoder (bars), its score written beside it."""
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(head) + 1.2))
@@ -314,74 +262,3 @@ def peers(head: pd.DataFrame, title: str = "", metric: str = "bleu") -> plt.Figu
     ax.set_xlim(0, head["ms"].max() * 1.9)
     ax.set_title(title, fontsize=9)
     return fig
-
-
-def example_html(rows: list[dict]) -> str:
-    """Fig 9: reference, large, small and BiLD outputs; BiLD's large-model tokens highlighted.
-    rows: dicts with source, reference, large, small, bild_tokens [(text, 'S'|'L')]."""
-    parts = []
-    for r in rows:
-        bild = "".join(
-            f'<span style="background:#f4b6b6">{html.escape(t)}</span>' if who == "L" else html.escape(t)
-            for t, who in r["bild_tokens"]
-        )
-        parts.append(
-            "<table style='border-collapse:collapse;margin-bottom:1em'>"
-            + "".join(
-                f"<tr><td style='padding:2px 8px'><b>{k}</b></td><td style='padding:2px 8px'>{v}</td></tr>"
-                for k, v in (
-                    ("source", html.escape(r["source"])),
-                    ("reference", html.escape(r["reference"])),
-                    ("large", html.escape(r["large"])),
-                    (_row_name(r, "small"), html.escape(r["small"])),
-                    ("BiLD", bild),
-                )
-            )
-            + "</table>"
-        )
-    return "\n".join(parts)
-
-
-def fig9(rows: list[dict]) -> plt.Figure:
-    """The examples of example_html as a figure: BiLD's large-model tokens in red."""
-    fig, ax = plt.subplots(figsize=(9, 1.2 * len(rows) + 0.2))
-    ax.axis("off")
-    y = 1.0
-    step = 1.0 / (6 * len(rows))
-    for r in rows:
-        for k in ("source", "reference", "large", "small"):
-            line = f"{_row_name(r, k)}: {r[k]}"
-            line = line if len(line) <= 150 else line[:149] + "…"  # one line each
-            ax.text(0, y, line, fontsize=8, va="top", transform=ax.transAxes)
-            y -= step
-        ax.text(0, y, "BiLD:", fontsize=8, va="top", transform=ax.transAxes)
-        x = 0.06
-        for t, who in runs(r["bild_tokens"]):  # one text per run of one model's tokens: words stay whole
-            txt = ax.text(
-                x, y, t, fontsize=8, va="top", transform=ax.transAxes,
-                color="tab:red" if who == "L" else "black", fontweight="bold" if who == "L" else "normal",
-            )  # fmt: skip
-            fig.canvas.draw()
-            bb = txt.get_window_extent().transformed(ax.transAxes.inverted())
-            x = bb.x1
-        y -= 2 * step
-    ax.text(0, y, "BiLD's tokens from the large model in red", fontsize=7, va="top", color="dimgray",
-            transform=ax.transAxes)  # fmt: skip
-    return fig
-
-
-def runs(tokens: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Consecutive (text, who) pieces of one model joined: [("Japane", "S"), ("se", "S")] ->
-    [("Japanese", "S")]."""
-    out: list[tuple[str, str]] = []
-    for t, who in tokens:
-        if out and out[-1][1] == who:
-            out[-1] = (out[-1][0] + t, who)
-        else:
-            out.append((t, who))
-    return out
-
-
-def _row_name(r: dict, k: str) -> str:
-    """A fig9 row's name: the small model's says which small model it is ("small (aligned)")."""
-    return f"small ({r['small_model']})" if k == "small" and r.get("small_model") else k

@@ -36,10 +36,10 @@ def test_local_shards_have_their_own_baselines_and_keys(env):
     run = dict(n_examples=4, baseline_repeats=2, progress=False)
     one = X.sweep(PRESET, GRID, results=env / "one", **run)
     two = X.sweep(PRESET, GRID, results=env / "two", shards=2, **run)
-    # one shard keys exactly as an unsharded sweep (no "shard" in its specs)
+    # one shard keys its rows by its members too (like for like), as 1 of 1
     assert one.attrs["shards"] == 1 and set(one["shard"]) == {0}
     specs = [json.loads(pq.read_schema(f).metadata[b"bildlib"])["spec"] for f in (env / "one").rglob("*.pa*")]
-    assert specs and not any("shard" in spec for spec in specs)
+    assert specs and all(spec["shard"]["of"] == 1 and spec["shard"]["index"] == 0 for spec in specs)
     assert two.attrs["shards"] == 2 and set(two["shard"]) == {0, 1}
     base = two[two["method"] == "vanilla"].query("model == 'large'")
     assert set(base["label"]) == {f"vanilla-large{r}[shard {k}]" for r in ("", "#1") for k in (0, 1)}

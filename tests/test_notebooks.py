@@ -90,6 +90,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         fig = f"{name}_points" if name in ("table3", "table5") else name  # their CSVs are the tables
         assert (tmp_path / "fig" / f"{fig}.png").stat().st_size > 1000
         assert (tmp_path / "fig" / f"{fig}.pdf").is_file()
+        checks = json.loads((tmp_path / "fig" / f"{name}_checks.json").read_text())  # printed checks, kept
+        assert checks, name
         if name == "table3":
             t3, t4 = (pd.read_csv(tmp_path / "fig" / f"table{i}.csv") for i in (3, 4))
             assert list(t3["mode"]) == ["greedy"] * 4 + ["sampled"] * 4 and set(t4["mode"]) == {
@@ -115,7 +117,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert len(pts[pts["method"] == "bild"]) == 2 and (pts["seeds"] == 2).all()
         elif name == "fig8":  # FLOPs, bytes and intensity of vanilla large and BiLD, and the projection
             t = pd.read_csv(tmp_path / "fig" / "fig8.csv").set_index(["pair", "run"])
-            assert len(t) == 4 and np.isfinite(t[["flops", "bytes", "intensity"]].to_numpy()).all()
+            assert len(t) == 6 and np.isfinite(t[["flops", "bytes", "intensity"]].to_numpy()).all()  # 3 pairs
+            assert "T5-small/large" in t.index.get_level_values("pair")[0]  # the paper's pair first
             assert (
                 (t.xs("vanilla large", level="run")[["flops_rel", "bytes_rel", "intensity_rel"]] == 1)
                 .all()
@@ -123,7 +126,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             )
             p = pd.read_csv(tmp_path / "fig" / "fig8_roofline.csv")
             assert (
-                set(p["gpu"]) == {"T4", "A100", "H100"} and (p["speedup"] > 0).all() and len(p) == 2 * 3 * 3
+                set(p["gpu"]) == {"T4", "A100", "H100"} and (p["speedup"] > 0).all() and len(p) == 3 * 3 * 3
             )
         elif name == "peers":  # every headline row; the lossless ones write vanilla large's score
             h = pd.read_csv(tmp_path / "fig" / "peers.csv").set_index("decoder")
@@ -155,7 +158,11 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert s[["score", "norm_latency", "latency_s"]].notna().all().all()
             assert (s["latency_s"] > 0).all() and s["score"].between(0, 100).all()
     t = pd.read_csv(tmp_path / "fig" / "table1.csv")
-    assert list(t["model"]) == ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3
+    models = ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3
+    assert list(t["model"]) == models * 2 and list(t["rule"]) == ["interval"] * 7 + ["point"] * 7
+    assert {"speedup_lo", "speedup_hi", "delta_lo", "dtype", "engine", "n"} <= set(t)
+    best = pd.read_csv(tmp_path / "fig" / "fig5_best.csv")  # each ablation's best points, with its intervals
+    assert set(best["variant"]) == {"BiLD", "No rollback", "No fallback (window)"} and "speedup_lo" in best
 
 
 def test_a_missing_early_exit_model_names_the_command_that_builds_it(tmp_path):
