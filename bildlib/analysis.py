@@ -1,6 +1,6 @@
-"""Reading a sweep's results: per-configuration summaries, the Pareto frontier, Table 1, and
-the examples of Fig. 9. Pure pandas over the DataFrame that experiments.sweep returns; bildlib.plots
-draws from these."""
+"""Reading a sweep's results: per-configuration summaries with their 95 % intervals
+(bildlib.intervals), the Pareto frontier, Table 1 under both rules, Fig. 5's picks. Pure pandas
+over the DataFrame that experiments.sweep returns; the plots draw from these."""
 
 from __future__ import annotations
 
