@@ -125,16 +125,17 @@ def tables34(root: Path) -> str:
         rows = []
         for _, r in t.iterrows():
             if r["seeds"] > 1:
-                score = f"{r['score']:.2f} ± {r['score_std']:.2f}"
+                score, delta = f"{r['score']:.2f} ± {r['score_std']:.2f}", "–"
                 speed = f"{r['speedup']:.2f} ± {r['speedup_std']:.2f}×"
             else:
-                score, speed = _ci(r, "score"), _ci(r, "speedup", ".2f", "×")
-            rows.append([r["mode"], str(int(r["seeds"])), r["method"], str(r.get("label", "")), score, speed,
-                         _num(r.get("fallback_pct"), ".1f"), _num(r.get("rollback_pct"), ".1f"),
-                         _num(r.get("large_call_pct"), ".1f")])  # fmt: skip
-        head = ["mode", "seeds", "method", "configuration", "BLEU", "speedup", "fallback %", "rollback %",
-                "large calls per token %"]  # fmt: skip
-        out += [f"**{name.title()}**", "", _table(head, rows), ""]
+                score, delta, speed = _ci(r, "score"), _ci(r, "delta", "+.2f"), _ci(r, "speedup", ".2f", "×")
+            pcts = ("fallback_pct", "rollback_pct", "large_call_pct")
+            rates = ["–"] * 3 if r["method"] == "Vanilla (large)" else [_num(r.get(c), ".1f") for c in pcts]
+            what = [r["mode"], str(int(r["seeds"])), r["method"], str(r.get("label", ""))]
+            rows.append([*what, score, delta, speed, *rates])
+        head = ["mode", "seeds", "method", "configuration", "BLEU", "Δ vs vanilla [95 %]", "speedup",
+                "fallback %", "rollback %", "large calls per token %"]  # fmt: skip
+        out += [f"**Table {name[-1]}**", "", _table(head, rows), ""]
     c = _json(root, "figures/table3_checks.json")
     greedy = c["greedy speculative = vanilla large, % of examples (worst window)"]
     return "\n".join(out) + (
