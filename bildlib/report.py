@@ -1,10 +1,11 @@
 """README's result blocks, generated from the committed CSVs and JSON: one source for every number.
 
-README.md holds each block between `<!-- report:NAME -->` and `<!-- /report:NAME -->`; BLOCKS
-maps NAME to the function that writes it from the files under a root (the repository, or a copy
-a test edits). `python -m bildlib.report` (make report) rewrites the blocks in place;
-`--check` exits 1, naming the blocks, when README differs from what the files give (the test
-suite runs it). Nothing between the markers is typed by hand.
+README.md and docs/results.md (FILES) hold each block between `<!-- report:NAME -->` and
+`<!-- /report:NAME -->`; BLOCKS maps NAME to the function that writes it from the files under a
+root (the repository, or a copy a test edits). `python -m bildlib.report` (make report) rewrites
+the blocks in place; `--check` exits 1, naming the blocks, when a file differs from what the
+committed CSVs and JSON give (the test suite checks the same). Nothing between the markers is
+typed by hand.
 """
 
 from __future__ import annotations
@@ -80,24 +81,22 @@ def _regimes(t: pd.DataFrame, rule: str) -> str:
     return _table(head, rows)
 
 
-def table1(root: Path, folder: str = "figures") -> str:
-    """Table 1 (fig4.ipynb) under the interval rule, with the point rule's picks after it."""
+RULE_TEXT = {
+    "interval": "Regimes decided on the interval: a configuration qualifies when the lower end of the 95 % "
+    "paired interval of its BLEU difference to vanilla large is at least −tol (at 95 % confidence it "
+    "loses at most tol).",
+    "point": "The paper's rule: the measured BLEU within tol of vanilla large's.",
+}
+
+
+def table1(root: Path, folder: str = "figures", rule: str = "interval") -> str:
+    """Table 1 (fig4.ipynb's table1.csv in folder) under one rule (analysis.RULES)."""
     t, c = _csv(root, f"{folder}/table1.csv"), _json(root, f"{folder}/fig4_checks.json")
-    return "\n".join([
-        f"*{_run(c)}. `{c['signature']}`.*", "",
-        "Regimes decided on the interval (a configuration qualifies when the lower end of the 95 % "
-        "paired interval of its BLEU difference to vanilla large is at least −tol: at 95 % confidence "
-        "it loses at most tol):", "", _regimes(t, "interval"), "",
-        "The paper's rule (the measured BLEU within tol), for comparison:", "", _regimes(t, "point"),
-    ])  # fmt: skip
+    return f"*{_run(c)}; `{c['signature']}`.* {RULE_TEXT[rule]}\n\n" + _regimes(t, rule)
 
 
 def headline(root: Path) -> str:
     return table1(root, "figures/full")
-
-
-def authors(root: Path) -> str:
-    return table1(root, "figures/authors")
 
 
 def fig5(root: Path) -> str:
@@ -235,10 +234,16 @@ def pair(root: Path) -> str:
 
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
-    "headline": headline, "table1": table1, "authors": authors, "fig5": fig5, "tables34": tables34,
-    "table5": table5, "fig8": fig8, "peers": peers, "peers-val": peers_val, "early-exit": early_exit,
-    "latency": latency, "pair": pair,
+    "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
+    "early-exit": early_exit, "peers-val": peers_val,
+    # docs/results.md
+    "headline-point": lambda r: table1(r, "figures/full", "point"),
+    "table1-point": lambda r: table1(r, rule="point"),
+    "authors": lambda r: table1(r, "figures/authors"),
+    "authors-point": lambda r: table1(r, "figures/authors", "point"),
+    "latency": latency, "fig8": fig8, "peers": peers, "pair": pair,
 }  # fmt: skip
+FILES = ("README.md", "docs/results.md")  # the files whose blocks make report writes
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:
@@ -259,22 +264,36 @@ def stale(text: str, root: Path = REPO_ROOT) -> list[str]:
     return [m["name"] for m in BLOCK.finditer(text) if new[m["name"]] != m["body"]]
 
 
+def check(root: Path = REPO_ROOT, files_root: Path | None = None) -> dict[str, list[str]]:
+    """{file: its stale blocks} for each of FILES (read under files_root, default root) whose blocks
+    differ from what the CSVs and JSON under root give; empty when everything matches."""
+    out = {}
+    for name in FILES:
+        if bad := stale((files_root or root).joinpath(name).read_text(), root):
+            out[name] = bad
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bildlib.report", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only check: exit 1 if a block is stale")
-    ap.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md")
+    ap.add_argument("--root", type=Path, default=REPO_ROOT, help="the repository (its FILES and figures)")
     a = ap.parse_args(argv)
-    text = a.readme.read_text()
-    if a.check:
-        if bad := stale(text):
-            print(f"{a.readme.name}: stale block(s) {', '.join(bad)}: run make report", file=sys.stderr)
-            return 1
-        print(f"{a.readme.name}: every block matches the committed files")
-        return 0
-    with data.atomic_path(a.readme) as tmp:
-        tmp.write_text(render(text))
-    print(f"{a.readme.name}: {len(BLOCK.findall(text))} blocks regenerated")
-    return 0
+    bad = 0
+    for name in FILES:
+        path = a.root / name
+        text = path.read_text()
+        if a.check:
+            if stale_blocks := stale(text, a.root):
+                print(f"{name}: stale block(s) {', '.join(stale_blocks)}: run make report", file=sys.stderr)
+                bad = 1
+            continue
+        with data.atomic_path(path) as tmp:
+            tmp.write_text(render(text, a.root))
+        print(f"{name}: {len(BLOCK.findall(text))} blocks regenerated")
+    if a.check and not bad:
+        print(f"{', '.join(FILES)}: every block matches the committed files")
+    return bad
 
 
 if __name__ == "__main__":
