@@ -25,7 +25,7 @@ def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: dict, title: str = 
         bars = ax.bar(list(names.values()), [g[c].iloc[0] for c in names], color="tab:blue")
         ax.bar_label(bars, fmt="%.2f×", fontsize=7)
         ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-        ax.set_title(f"{pair}: counted", fontsize=9)
+        ax.set_title(f"{pair}\ncounted from the calls", fontsize=8)
         ax.set_ylabel("BiLD / vanilla large") if col == 0 else None
         p = proj[proj["pair"] == pair]
         gpus, overheads = list(dict.fromkeys(p["gpu"])), list(dict.fromkeys(p["layer_overhead_us"]))
@@ -39,17 +39,20 @@ def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: dict, title: str = 
                 paper["speedup"], color="black", lw=1, ls="-.", label=f"paper: {paper['speedup']:.2f}×"
             )
         bx.axhline(1.0, color="gray", lw=0.8, ls="--")
-        bx.set_title(f"{pair}: roofline projection (a model)", fontsize=9)
+        bx.set_title(f"{pair}\nroofline projection (a model, not a measurement)", fontsize=8)
         bx.set_ylabel("predicted speedup of BiLD") if col == 0 else None
-        bx.legend(fontsize=6, loc="lower right")
     cx, dx = axes[0, -1], axes[1, -1]
-    cx.axis("off")
-    cx.text(0, 0.9, "Measured on this machine (CPU),\nthe shipped pair: its counted\nratios are in the "
-            "column above\n(same calls).", fontsize=8, va="top", transform=cx.transAxes)  # fmt: skip
+    cx.axis("off")  # the key of the projection panels, off their bars
+    handles, labels = axes[1, 0].get_legend_handles_labels()
+    cx.legend(handles, labels, title="projection: launch overhead", fontsize=7, title_fontsize=7,
+              loc="upper left")  # fmt: skip
+    what = "Bottom right: measured on this machine\n(CPU), the shipped pair; its counted\nratios are in the third"
+    cx.text(0, 0.35, what + " column\n(the same calls).", fontsize=7.5, va="top", transform=cx.transAxes)
     err = [[measured["speedup"] - measured["lo"]], [measured["hi"] - measured["speedup"]]]
-    dx.bar([measured["what"]], [measured["speedup"]], yerr=err, color="tab:gray", capsize=4)
-    note = f" {measured['speedup']:.2f}× [{measured['lo']:.2f}, {measured['hi']:.2f}]"
-    dx.text(0, measured["speedup"], note, fontsize=8, va="bottom", ha="center")
+    dx.bar([measured["what"]], [measured["speedup"]], yerr=err, color="tab:gray", capsize=4, width=0.5)
+    note = f"{measured['speedup']:.2f}×\n[{measured['lo']:.2f}, {measured['hi']:.2f}]"
+    dx.text(0.3, measured["speedup"], note, fontsize=8, va="center", ha="left")
+    dx.set_xlim(-0.6, 1.0)
     dx.axhline(1.0, color="gray", lw=0.8, ls="--")
     dx.set_title("measured speedup, 95 % interval", fontsize=9)
     dx.tick_params(axis="x", labelsize=7)
