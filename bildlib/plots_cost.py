@@ -46,8 +46,9 @@ def fig8(totals: pd.DataFrame, proj: pd.DataFrame, measured: dict, title: str = 
     handles, labels = axes[1, 0].get_legend_handles_labels()
     cx.legend(handles, labels, title="projection: launch overhead", fontsize=7, title_fontsize=7,
               loc="upper left")  # fmt: skip
-    what = "Bottom right: measured on this machine\n(CPU), the shipped pair; its counted\nratios are in the third"
-    cx.text(0, 0.35, what + " column\n(the same calls).", fontsize=7.5, va="top", transform=cx.transAxes)
+    what = "Bottom right: measured on this machine\n(CPU), the shipped pair; its counted\n"
+    cx.text(0, 0.35, what + "ratios are in the third column\n(the same calls).", fontsize=7.5, va="top",
+            transform=cx.transAxes)  # fmt: skip
     err = [[measured["speedup"] - measured["lo"]], [measured["hi"] - measured["speedup"]]]
     dx.bar([measured["what"]], [measured["speedup"]], yerr=err, color="tab:gray", capsize=4, width=0.5)
     note = f"{measured['speedup']:.2f}×\n[{measured['lo']:.2f}, {measured['hi']:.2f}]"
