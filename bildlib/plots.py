@@ -199,29 +199,37 @@ def latency_scatter(e: pd.DataFrame, title: str = "") -> plt.Figure:
     top = float(ms.max().max()) * 1.05
     ax.plot([0, top], [0, top], "k--", lw=0.8, label="equal latency")
     ax.set(xlim=(0, top), ylim=(0, top), xlabel="vanilla large latency (ms)", ylabel="BiLD latency (ms)")
-    ax.set_title(title or f"{100 * e['slower'].mean():.1f}% of examples slower with BiLD")
+    ax.set_title(title or f"{100 * e['slower'].mean():.1f}% of examples slower with BiLD", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
+    if "dtype" in e:  # the run (analysis.run_info columns)
+        r = e.iloc[0]
+        note = f"n={r['n']}, {r['dtype']}, {r['engine']} engine; vanilla large: the mean of its interleaved repeats"
+        fig.text(0.01, -0.02, note, fontsize=6.5, va="top", color="dimgray")
     return fig
 
 
 def table3(summaries: dict, title: str = "") -> plt.Figure:
     """Paper Tables 3-4 as points: one panel per decoding mode and seed ({(mode, seed): summarize()}),
     speculative sampling per window (squares, labelled) against unaligned BiLD's grid and Pareto
-    frontier."""
-    fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4), squeeze=False)
-    for ax, (key, s) in zip(axes[0], summaries.items(), strict=True):
-        mode = (
-            key if isinstance(key, str) else f"{key[0]}" + (f", seed {key[1]}" if key[0] == "sampled" else "")
-        )
+    frontier; one key, beside the first panel."""
+    n = len(summaries)
+    cols = min(n, 2)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols + 1.5, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    for ax, (key, s) in zip(axes.flat, summaries.items(), strict=False):
+        mode = key if isinstance(key, str) else key[0] + (f", seed {key[1]}" if key[0] == "sampled" else "")
         _frontier(ax, s[(s["method"] == "bild") & (s["model"] == "small")], "tab:blue", "BiLD (unaligned)")
         sp = s[s["method"] == "speculative"].sort_values("window")
-        ax.plot(sp["norm_latency"], sp["score"], "s--", color="tab:green", ms=4, label="speculative")
+        ax.plot(sp["norm_latency"], sp["score"], "s--", color="tab:green", ms=4, label="speculative (window)")
         for _, r in sp.iterrows():
             ax.annotate(f"{r['window']:g}", (r["norm_latency"], r["score"]), fontsize=6, xytext=(2, 2),
                         textcoords="offset points")  # fmt: skip
         _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
-        ax.set_title(f"{title} {mode}".strip(), fontsize=9)
-        legend(ax)
+        ax.set_title(mode, fontsize=9)
+    legend(axes.flat[cols - 1])
+    fig.suptitle(title, fontsize=10)
     caption(fig, s, "one panel per mode and seed")
     fig.tight_layout()
     return fig
@@ -243,8 +251,8 @@ def table5(agg: pd.DataFrame, table: pd.DataFrame, title: str = "", metric: str 
                label="Table 5 rows", zorder=5)  # fmt: skip
     ax.set_xlabel("speedup over vanilla large (mean over seeds)")
     ax.set_ylabel(f"{METRIC_NAME.get(metric, metric)} (mean over seeds)")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=8)
+    legend(ax)
     return fig
 
 
