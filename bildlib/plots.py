@@ -203,7 +203,7 @@ def latency_scatter(e: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.legend(fontsize=7, loc="upper left")
     if "dtype" in e:  # the run (analysis.run_info columns)
         r = e.iloc[0]
-        note = f"n={r['n']}, {r['dtype']}, {r['engine']} engine; vanilla large: the mean of its interleaved repeats"
+        note = f"n={r['n']}, {r['dtype']}, {r['engine']} engine; vanilla large: the mean of its repeats"
         fig.text(0.01, -0.02, note, fontsize=6.5, va="top", color="dimgray")
     return fig
 
