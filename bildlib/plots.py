@@ -76,14 +76,11 @@ def legend(ax, **kw) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
 
 
-def caption(fig, s: pd.DataFrame, note: str = "") -> None:
+def caption(fig, s: pd.DataFrame, note: str = "", bars: bool = True) -> None:
     """A line under the figure naming what it was measured with (analysis.run_tag), the
-    intervals and any note."""
-    bars = (
-        "; bars: 95 % paired bootstrap over sentences (score: its difference to the baseline)"
-        if "delta_lo" in s
-        else ""
-    )
+    intervals (bars: the figure draws them) and any note."""
+    bars = bars and "delta_lo" in s
+    bars = "; bars: 95 % paired bootstrap over sentences (score: its difference to the baseline)" if bars else ""
     fig.text(0.01, -0.02, f"{run_tag(s)}{bars}{'; ' + note if note else ''}", fontsize=6.5, va="top",
              color="dimgray", wrap=True)  # fmt: skip
 
@@ -145,7 +142,7 @@ def fig2(s: pd.DataFrame, title: str = "") -> plt.Figure:
     ax.set_ylabel(METRIC_NAME.get(s.attrs.get("metric", "bleu"), "score"))
     ax.set_title(title, fontsize=9)
     legend(ax)
-    caption(fig, s)
+    caption(fig, s, bars=False)
     return fig
 
 
