@@ -80,7 +80,9 @@ def caption(fig, s: pd.DataFrame, note: str = "", bars: bool = True) -> None:
     """A line under the figure naming what it was measured with (analysis.run_tag), the
     intervals (bars: the figure draws them) and any note."""
     bars = bars and "delta_lo" in s
-    bars = "; bars: 95 % paired bootstrap over sentences (score: its difference to the baseline)" if bars else ""
+    bars = (
+        "; bars: 95 % paired bootstrap over sentences (score: its difference to the baseline)" if bars else ""
+    )
     fig.text(0.01, -0.02, f"{run_tag(s)}{bars}{'; ' + note if note else ''}", fontsize=6.5, va="top",
              color="dimgray", wrap=True)  # fmt: skip
 
