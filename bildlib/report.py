@@ -185,7 +185,7 @@ def peers(root: Path, folder: str = "figures/peers") -> str:
     checks = root / folder / "peers_checks.json"
     run = (f"*{_run(json.loads(checks.read_text()))}.*\n\n" if checks.is_file() else
            f"*An earlier run, from before the notebooks recorded their checks (`{folder}` has no "
-           "peers_checks.json), so its CSV does not name its dtype; `make bench` reruns it.*\n\n")  # fmt: skip
+           "peers_checks.json), so its CSV does not name its dtype; make bench reruns it.*\n\n")  # fmt: skip
     rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", f"{r['speedup_same_engine']:.2f}×",
              f"{r['speedup_vs_generate']:.2f}×", _num(r.get("loop_pct"), ".1f")]
             for _, r in t.iterrows()]  # fmt: skip
