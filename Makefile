@@ -8,7 +8,7 @@ STAMP := $(VENV)/.bildlib-installed
 # Ray (extra `cluster`) runs sweeps on a cluster; the tests start a local instance.
 EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda$(comma)cluster,dev$(comma)cluster)
 comma := ,
-# On this project's machines Multi30k sits in ../shared/data (see README, Data).
+# On this project's machines Multi30k sits in ../shared/data (see docs/data-and-models.md).
 SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -69,7 +69,7 @@ headline: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m bildlib.report
 
-# The benchmark bars (README, Results): the peers notebook, BiLD against transformers' generate and
+# The benchmark bars (docs/engines.md): the peers notebook, BiLD against transformers' generate and
 # assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences);
 # figures/peers/val/. PEERS_ARGS narrows it, e.g. PEERS_ARGS="-y '{fallbacks: [0.4], rollbacks: [1.0]}'".
 PEERS_OUT ?= figures/peers/val
@@ -107,7 +107,7 @@ models: $(STAMP)
 
 # The early-exit models of fig6 / fig7 (issue 16): the shipped large fine-tuned with two exits
 # (multi30k-ee) and with CALM's weighted exits (multi30k-calm). Not committed (the tracked tree
-# must stay under 60 MB); each run resumes from its last finished epoch. README, "Early exit".
+# must stay under 60 MB); each run resumes from its last finished epoch. docs/early-exit.md.
 models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)

@@ -81,7 +81,7 @@ def card(m: dict, other: dict | None = None) -> str:
 
 The shipped `multi30k-large` fine-tuned with early exits: {what}, where L_i is the loss of decoder
 layer i's output sent through the final layer norm and the shared (tied, d^-½-scaled) head.
-Built, not shipped: `make models-ee` (README, "Early exit"). Training: `{t["command"]}`,
+Built, not shipped: `make models-ee` (docs/early-exit.md). Training: `{t["command"]}`,
 {t["epochs"]} epochs, {c["optimizer"]} lr {c["lr"]}, {t["wall_s"] / 60:.1f} min on
 {mach["processor"]}, {mach["threads"]} threads, {mach["cuda"] or "no GPU"}; best epoch
 {t["best"]["epoch"]} (greedy BLEU {t["best"]["val_bleu"]} on the first {c["n_val"]} val sentences).

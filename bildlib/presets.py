@@ -50,7 +50,7 @@ class Preset:
             if which in ("ee", "calm"):
                 raise FileNotFoundError(
                     f"{name} does not exist: the early-exit models are built, not "
-                    "shipped; `make models-ee` trains them (README, Early exit)"
+                    "shipped; `make models-ee` trains them (docs/early-exit.md)"
                 ) from e
             raise
 

@@ -36,7 +36,7 @@ def multi30k_dir() -> Path:
     for d in multi30k_candidates():
         if (d / "val.de.gz").is_file():
             return d
-    msg = "Multi30k not found: set BILD_DATA_DIR to a folder holding multi30k/ (see README, Data)"
+    msg = "Multi30k not found: set BILD_DATA_DIR to a folder holding multi30k/ (see docs/data-and-models.md)"
     if os.environ.get("CI", "").lower() == "true" or os.environ.get("BILD_REQUIRE_DATA") == "1":
         pytest.fail(msg)
     pytest.skip(msg)

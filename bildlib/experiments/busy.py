@@ -1,5 +1,5 @@
 """How busy the machine was while a configuration ran, recorded in its result file so that a
-timing taken under contention can be told from a clean one (README, Experiments).
+timing taken under contention can be told from a clean one (docs/experiments.md).
 
 A segment is one uninterrupted stretch of a configuration's timed examples (a resumed run has
 several). It records the 1-minute load average (os.getloadavg) at its start and end, this

@@ -60,13 +60,13 @@ class TrainConfig:
             raise ValueError("give exactly one of model (a config to train from scratch) and init_from")
 
 
-# Sizes chosen for the latency headroom BiLD needs on 2 CPU threads (README, "Model pair"): per-token
+# Sizes chosen for the latency headroom BiLD needs on 2 CPU threads (docs/data-and-models.md): per-token
 # cost at batch 1 is mostly per-layer overhead, so the small model gets one decoder layer.
 SMALL = dict(d_model=128, d_ff=512, num_layers=4, num_decoder_layers=1, num_heads=4, d_kv=32)
 LARGE = dict(d_model=384, d_ff=1024, num_layers=6, num_decoder_layers=6, num_heads=6, d_kv=64)
 CALIBRATION = "data/calibration/multi30k-large-train.parquet"
 # Adafactor with steps relative to each weight's scale: with AdamW these T5 models learned 3-4x
-# slower (README, "Model pair"). All saved in bf16 so the three checkpoints fit the 60 MB budget.
+# slower (docs/data-and-models.md). All saved in bf16 so the three checkpoints fit the 60 MB budget.
 _RECIPE = dict(optimizer="adafactor", lr=3e-2, warmup_steps=200, save_dtype="bfloat16")
 _SMALL = dict(model=SMALL, epochs=4, batch_size=64, **_RECIPE)
 _EXITS = dict(init_from="data/checkpoints/multi30k-large", epochs=3, batch_size=128, **_RECIPE)
@@ -88,7 +88,7 @@ PRESETS = {
         **{**_SMALL, "model": {}, "epochs": 4, "lr": 1e-2},
     ),
     # early exit (paper 4.4, issue 16): the shipped large fine-tuned with exits. Not committed (the
-    # tracked tree must stay under 60 MB): `make models-ee` builds them (README, "Early exit")
+    # tracked tree must stay under 60 MB): `make models-ee` builds them (docs/early-exit.md)
     "multi30k-ee": TrainConfig(out="data/checkpoints/multi30k-ee", exits="ee", **_EXITS),
     "multi30k-calm": TrainConfig(out="data/checkpoints/multi30k-calm", exits="calm", **_EXITS),
 }
