@@ -68,7 +68,8 @@ def connect(address: str | None):
         except OSError as e:
             raise ConnectionError(
                 f"address {address!r}: no Ray cluster answers at {host}:{port} ({e}); start one with "
-                "`ray start --head` (docs/experiments.md, Sweeps on a cluster) or leave address empty for a local one"
+                "`ray start --head` (docs/experiments.md, Sweeps on a cluster) or leave address empty for a "
+                "local one"
             ) from e
     try:
         ray.init(address=address, log_to_driver=False)
