@@ -78,3 +78,22 @@ def test_regimes_decided_on_the_interval():
     assert pd.isna(t.loc[("interval", "BiLD (unaligned)", "tol"), "speedup"])
     with pytest.raises(ValueError, match="rule must be one of"):
         A.within(s, 0, 0, "vibes")
+
+
+def test_figures_draw_the_intervals_name_the_run_and_keep_keys_off_the_data():
+    import matplotlib.pyplot as plt
+
+    from bildlib import plots
+
+    df = sweep(rows("a", HYPS, 0.004, model="aligned"), rows("b", REFS, 0.006, model="aligned", fb=0.7))
+    df = df.assign(dtype="float32", ran_on="lean", device_name="cpu")
+    s = A.summarize(df)
+    for fig in (plots.fig4(s), plots.fig5(s), plots.fig10(s)):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        box, key = ax.get_window_extent(), ax.get_legend().get_window_extent()
+        assert key.x0 >= box.x1 - 1, "the legend overlaps the axes"
+        assert any(len(c.get_segments()) for c in ax.collections if hasattr(c, "get_segments")), "no bars"
+        text = " ".join(t.get_text() for t in fig.texts)
+        assert "n=20, float32, lean engine" in text and "95 %" in text
+        plt.close(fig)
