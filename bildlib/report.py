@@ -74,7 +74,8 @@ def _regimes(t: pd.DataFrame, rule: str) -> str:
         rb = "" if pd.isna(r.get("rollback")) else f"{r['rollback']:g}"
         end = {True: "yes", False: "no"}.get(r.get("verify_end") in (True, "True"), "")
         end = "" if not fb else end
-        rows.append([r["model"], r["regime"], _ci(r, "score"), _ci(r, "delta", "+.2f"),
+        regime = "" if pd.isna(r["regime"]) else r["regime"]
+        rows.append([r["model"], regime, _ci(r, "score"), _ci(r, "delta", "+.2f"),
                      _ci(r, "speedup", ".2f", "×"), fb, rb, end])  # fmt: skip
     head = ["", "regime", "BLEU [95 %]", "Δ BLEU vs vanilla [95 %, paired]", "speedup [95 %]", "α_FB", "α_RB",
             "verify_end"]  # fmt: skip
@@ -138,6 +139,8 @@ def tables34(root: Path) -> str:
     c = _json(root, "figures/table3_checks.json")
     greedy = c["greedy speculative = vanilla large, % of examples (worst window)"]
     return "\n".join(out) + (
+        "\nThe rows are picked as the paper picks them, on the measured (mean) scores; the intervals "
+        "say how sure each pick is. "
         f"Greedy: one sweep, [95 % intervals]. Sampled: seeds {c['sampled seeds']}, one sweep each, "
         f"mean ± std over seeds. Greedy speculative decoding wrote vanilla large's tokens on {greedy:.0f} % "
         "of the sentences at its worst window."
@@ -146,10 +149,13 @@ def tables34(root: Path) -> str:
 
 def table5(root: Path) -> str:
     t = _csv(root, "figures/table5.csv")
-    rows = [[r["row"], str(r.get("config", "")), f"{r['score_mean']:.2f} ± {r['score_std']:.2f}",
-             f"{r['speedup_mean']:.2f} ± {r['speedup_std']:.2f}×", _num(r.get("fallback_pct"), ".1f"),
-             _num(r.get("rollback_pct"), ".1f"), _num(r.get("seeds"), ".0f")]
-            for _, r in t.iterrows() if not pd.isna(r.get("score_mean"))]  # fmt: skip
+    rows = []
+    for _, r in t[t["score_mean"].notna()].iterrows():
+        van = r["row"] == "Vanilla (large)"
+        rates = ["–", "–"] if van else [_num(r.get(c), ".1f") for c in ("fallback_pct", "rollback_pct")]
+        score = f"{r['score_mean']:.2f} ± {r['score_std']:.2f}"
+        speed = f"{r['speedup_mean']:.2f} ± {r['speedup_std']:.2f}×"
+        rows.append([r["row"], str(r.get("config", "")), score, speed, *rates, _num(r.get("seeds"), ".0f")])
     return _table(
         ["row", "configuration", "BLEU (mean ± std)", "speedup", "fallback %", "rollback %", "seeds"], rows
     )
