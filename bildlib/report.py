@@ -221,7 +221,8 @@ def early_exit(root: Path) -> str:
         f"*fig6: {_run(c6)}. fig7: {_run(c7)}.*", "",
         "The fastest configuration of each curve whose measured BLEU is within 0.5 or 1 point of the full "
         "model's (the paper's rule; the Δ interval says how sure):", "",
-        _table(["curve", "within", "fastest", "BLEU [95 %]", "Δ vs full model [95 %]", "speedup [95 %]"], rows),
+        _table(["curve", "within", "fastest", "BLEU [95 %]", "Δ vs full model [95 %]", "speedup [95 %]"],
+               rows),
         "",
         "Best BLEU at or below each latency (the frontiers read as step functions):", "",
         _table(["speedup", "early-exit BiLD", "CALM", "BiLD − CALM"], mrow),
