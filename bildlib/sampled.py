@@ -64,7 +64,8 @@ def over_seeds(summaries: dict[int, pd.DataFrame]) -> pd.DataFrame:
     s = pd.concat([t.assign(seed=seed) for seed, t in summaries.items()], ignore_index=True)
     s = s[s["repeat"] == 0]  # vanilla large's first run of each seed: one row per seed
     s["config"] = s["label"].str.replace(r"-s\d+$", "", regex=True)  # the label without its seed
-    s = s.assign(**{c: s[c] if c in s else float("nan") for c in ("rejected_pct", "large_call_pct")})
+    optional = ("rejected_pct", "large_call_pct", "norm_latency")  # NaN where the summaries lack them
+    s = s.assign(**{c: s[c] if c in s else float("nan") for c in optional})
     g = s.groupby(keys + ["config"], dropna=False, sort=False)
     out = g.agg(
         score_mean=("score", "mean"), score_std=("score", "std"), speedup_mean=("speedup", "mean"),
