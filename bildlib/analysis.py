@@ -158,6 +158,16 @@ RULES = {
 SPREAD = ["score_lo", "score_hi", "speedup_lo", "speedup_hi", "delta", "delta_lo", "delta_hi"]  # summarize's
 
 
+def spread_of(s: pd.DataFrame) -> list[str]:
+    """The SPREAD columns a summarize() table has (none when it was made without intervals)."""
+    return [c for c in SPREAD if c in s]
+
+
+def rules_of(s: pd.DataFrame) -> tuple[str, ...]:
+    """The RULES a summarize() table can decide on: both with intervals, else only "point"."""
+    return ("interval", "point") if "delta_lo" in s else ("point",)
+
+
 def within(b: pd.DataFrame, vanilla_score: float, tol: float, rule: str = "interval") -> pd.Series:
     """Which configurations of summarize() table b qualify for "within tol" under rule (RULES)."""
     if rule not in RULES:
@@ -175,13 +185,11 @@ def summary_table(s: pd.DataFrame, regimes=REGIMES, rules: tuple | None = None) 
     paper's two regimes), and within 0.5 (this project's benchmark bar), under each rule of
     RULES (column `rule`; None: both where summarize computed intervals, else "point"); with the
     95 % intervals where summarize computed them."""
-    rules = rules or (("interval", "point") if "delta_lo" in s else ("point",))
     van = vanilla_large(s)
     vanilla_score = float(van["score"].mean())
-    spread = [c for c in SPREAD if c in s]
+    first, spread = van.sort_values("repeat").iloc[0], spread_of(s)
     rows = []
-    for rule in rules:
-        first = van.sort_values("repeat").iloc[0]
+    for rule in rules or rules_of(s):
         rows.append({"rule": rule, "model": "Vanilla (large)", "regime": "", "score": vanilla_score,
                      "speedup": 1.0} | first[spread].to_dict())  # fmt: skip
         for m, name in (("small", "BiLD (unaligned)"), ("aligned", "BiLD (aligned)")):
@@ -259,14 +267,13 @@ def ablation_best(s: pd.DataFrame, model: str = "aligned", tolerances=(0.5, 1.0)
     fastest within each tolerance of vanilla large under each rule (RULES), with the intervals."""
     b = s[(s["method"] == "bild") & (s["model"] == model)]
     v = float(vanilla_large(s)["score"].mean())
-    keep = ["label", "score", "speedup", "fallback", "rollback", "window"] + [c for c in SPREAD if c in s]
-    rules = ("interval", "point") if "delta_lo" in s else ("point",)
+    keep = ["label", "score", "speedup", "fallback", "rollback", "window", *spread_of(s)]
     rows = []
     for name, pick in ABLATIONS.items():
         g = pick(b)
         top = _best(g, "score")
         rows.append({"variant": name, "pick": "best score"} | ({} if top is None else top[keep].to_dict()))
-        for rule in rules:
+        for rule in rules_of(s):
             for tol in tolerances:
                 r = _best(g[within(g, v, tol, rule)], "speedup") if not g.empty else None
                 pick_name = f"fastest within {tol:g} ({rule} rule)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bildlib.analysis import SPREAD, _best, pareto, vanilla_large
+from bildlib.analysis import _best, pareto, spread_of, vanilla_large
 from bildlib.plots import _frontier, _reference_lines, caption, legend
 
 
@@ -20,7 +20,7 @@ def _own_large(s: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or large.empty:
         return rows.iloc[0:0]
     ref = float(large["latency_s"].mean())
-    rows = rows.drop(columns=[c for c in SPREAD if c in rows])
+    rows = rows.drop(columns=spread_of(rows))
     return rows.assign(norm_latency=rows["latency_s"] / ref, speedup=ref / rows["latency_s"])
 
 
@@ -42,7 +42,7 @@ def baseline_score(s: pd.DataFrame) -> float:
 def best_within(s: pd.DataFrame, *curves: str, tolerances=(0.5, 1.0)) -> pd.DataFrame:
     """The fastest configuration of each curve within each tolerance of the full model's score."""
     ref, out = baseline_score(s), []
-    keep = ["label", "score", "speedup", "fallback", "rollback", "threshold"] + [c for c in SPREAD if c in s]
+    keep = ["label", "score", "speedup", "fallback", "rollback", "threshold", *spread_of(s)]
     for curve in curves:
         rows = CURVES[curve][0](s)
         for tol in tolerances:

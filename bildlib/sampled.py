@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bildlib.analysis import SPREAD, _best, vanilla_large
+from bildlib.analysis import _best, spread_of, vanilla_large
 
 
 def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -20,7 +20,7 @@ def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFr
     tokens). Fallback % is the paper's: BiLD's fallbacks, and for speculative decoding its
     large-model calls, per output token; large_call_pct gives every row's large calls per token.
     Interval (summarize) and over-seed (over_seeds: score_std, speedup_std) columns are kept."""
-    extra = [c for c in [*SPREAD, "score_std", "speedup_std", "seeds"] if c in s]
+    extra = spread_of(s) + [c for c in ("score_std", "speedup_std", "seeds") if c in s]
     cols = [
         "label",
         "score",
