@@ -13,7 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tokenizer models models-ee figures-ee cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tutorial tokenizer models models-ee figures-ee cards clean-venv
 
 setup: $(STAMP)
 
@@ -65,13 +65,21 @@ headline: $(STAMP)
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/full $(HEADLINE_GRID) \
 	  notebooks/fig4.ipynb build/notebooks/fig4-full.ipynb
 
+# The course tutorial (docs/teaching.md) with every exercise filled in by its solution: the trace
+# picture, the sweep and tutorial_checks.json into figures/ (under 2 min on 2 CPU cores).
+tutorial: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p solutions True -p out_dir figures notebooks/tutorial.ipynb build/notebooks/tutorial.ipynb
+
 # README's result blocks from the committed CSVs and JSON (bildlib.report; a test checks them).
 report: $(STAMP)
 	$(BIN)/python -m bildlib.report
 
 # The benchmark bars (docs/engines.md): the peers notebook, BiLD against transformers' generate and
 # assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences);
-# figures/peers/val/. PEERS_ARGS narrows it, e.g. PEERS_ARGS="-y '{fallbacks: [0.4], rollbacks: [1.0]}'".
+# figures/peers/val/ (about 19 min on 2 CPU cores). PEERS_ARGS is the grid; the committed run used
+# this default; PEERS_ARGS= runs the notebook's full grid.
+PEERS_ARGS ?= -y '{fallbacks: [0.4, 0.6, 0.8], rollbacks: [1.0], assisted: [[8, 0.4]]}'
 PEERS_OUT ?= figures/peers/val
 bench: $(STAMP)
 	@mkdir -p build/notebooks
