@@ -248,6 +248,14 @@ def pair(root: Path) -> str:
     )
 
 
+def tutorial(root: Path) -> str:
+    c = _json(root, "figures/tutorial_checks.json")
+    return (f"The committed run (`make tutorial`, every exercise filled in by its solution): "
+            f"{c['passed']} of {c['exercises']} checks pass; its cells ran in {c['seconds']:.0f} s on "
+            f"{c['device']} ({c['threads']} threads, {c['dtype']}), with n_examples = {c['n_examples']} and "
+            f"n_sweep = {c['n_sweep']}.")  # fmt: skip
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
     "early-exit": early_exit, "peers": peers,
@@ -257,8 +265,9 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "authors": lambda r: table1(r, "figures/authors"),
     "authors-point": lambda r: table1(r, "figures/authors", "point"),
     "latency": latency, "fig8": fig8, "peers-val": peers_val, "pair": pair,
+    "tutorial": tutorial,  # docs/teaching.md
 }  # fmt: skip
-FILES = ("README.md", "docs/results.md")  # the files whose blocks make report writes
+FILES = ("README.md", "docs/results.md", "docs/teaching.md")  # the files whose blocks make report writes
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:

@@ -2,13 +2,13 @@
 and on the shipped Multi30k pair."""
 
 import random
-import weakref
 
 import pytest
 import torch
 
 from bildlib import decoding as D
 from bildlib.models import LM, check_pair, load_pair
+from bildlib.tutorial.fakes import Markov  # next-token logits from the previous token only
 from conftest import REPO, TINY_VOCAB, perturbed, run_python, save_tiny, tiny_model, tiny_tokenizer
 
 N_INPUTS = 50
@@ -349,26 +349,6 @@ def test_authors_rules_refuse_what_their_code_lacks(pair):
 
 
 # --- speculative sampling matches the large model's distribution -------------------------------
-
-
-class Markov:
-    """A stand-in for LM whose next-token logits depend on the previous token only: logits[prev]."""
-
-    def __init__(self, logits: torch.Tensor, eos: int = -1):
-        self.table, self.eos, self.device, self.width = logits, eos, torch.device("cpu"), logits.shape[1]
-        self.tok, self.name, self.is_encoder_decoder = tiny_tokenizer(), "markov", False
-        self.partners = weakref.WeakSet()  # what decoding's pair check reads and fills
-
-    def start(self, source_ids):
-        self.ids = []
-        return 0
-
-    def forward(self, tokens):
-        self.ids += tokens
-        return self.table[torch.tensor(tokens)]
-
-    def crop(self, n):
-        del self.ids[n:]
 
 
 def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:

@@ -19,7 +19,7 @@ STAND_IN = {
 }
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial"])
 def test_notebook_is_clean_and_parameterised(name):
     import papermill
 
@@ -32,7 +32,8 @@ def test_notebook_is_clean_and_parameterised(name):
         if c["cell_type"] == "code":
             assert c["outputs"] == [] and c["execution_count"] is None, "strip outputs before committing"
     params = papermill.inspect_notebook(str(path))
-    for p in ("preset", "split", "n_examples", "device", "dtype", "threads", "out_dir", "results_dir"):
+    cached = () if name == "tutorial" else ("results_dir",)  # the tutorial caches nothing
+    for p in ("preset", "split", "n_examples", "device", "dtype", "threads", "out_dir", *cached):
         assert p in params
     for p in params.values():
         assert p["inferred_type_name"] != "None" and p["help"], (
@@ -192,7 +193,7 @@ def test_only_the_default_run_writes_to_figures(capsys):
     assert notebook.outputs("fig4", d | {"out_dir": "figures/full"}) == REPO_ROOT / "figures" / "full"
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial"])
 def test_parameters_are_type_checked(name):
     from bildlib import notebook
 
