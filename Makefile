@@ -13,7 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tutorial tokenizer models models-ee figures-ee cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tutorial paper-dryrun tokenizer models models-ee figures-ee cards clean-venv
 
 setup: $(STAMP)
 
@@ -70,6 +70,12 @@ headline: $(STAMP)
 tutorial: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p solutions True -p out_dir figures notebooks/tutorial.ipynb build/notebooks/tutorial.ipynb
+
+# The paper presets offline (docs/paper-checkpoints.md): every paper preset through every notebook that
+# takes it, on random models of the checkpoints' shapes and datasets in the hub's schema, n = 2, CPU,
+# into build/dryrun/ (dryrun.csv lists every run; tests/test_paper.py runs the same).
+paper-dryrun: $(STAMP)
+	$(BIN)/python -m bildlib.paper.dryrun
 
 # README's result blocks from the committed CSVs and JSON (bildlib.report; a test checks them).
 report: $(STAMP)

@@ -5,9 +5,7 @@ A `Split` is a list of (source, reference) pairs plus the `Task` it belongs to.
 - Multi30k De->En, the embedded default, is read from its raw gzip files. Lookup order:
   `$BILD_DATA_DIR/multi30k/`, then `data/multi30k/` in the checkout, then a download from
   the multi30k/dataset GitHub repository into `data/multi30k/`, checked against SHA-256.
-- The paper's hub datasets (IWSLT 2017, WMT 2014, XSUM, CNN/DailyMail) go through
-  `datasets.load_dataset`; without network they fail at once with a message that names the
-  dataset and says how to get it.
+- The paper's hub datasets (IWSLT 2017, WMT 2014, XSUM, CNN/DailyMail): bildlib.hub.
 """
 
 from __future__ import annotations
@@ -15,10 +13,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import socket
 import tempfile
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -206,96 +202,17 @@ def load_multi30k(split: str = "val", download_missing: bool = True) -> Split:
     return Split(MULTI30K, split, read_parallel(*multi30k_files(split, download_missing)))
 
 
-# --------------------------------------------------------------------------- hub datasets
+# The paper's hub datasets live in bildlib.hub; their names stay importable from here.
+HUB_NAMES = ("HUB_DATASETS", "HUB_SPLITS", "HubDataset", "hub_reachable", "_offline", "load_hub",
+             "check_schema")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class HubDataset:
-    task: Task
-    path: str  # hub repository id for datasets.load_dataset
-    config: str | None
-    source_field: str  # for translation: the field holding the {lang: text} dict
-    target_field: str | None = None  # summarization only
+def __getattr__(name: str):
+    if name in HUB_NAMES:
+        from bildlib import hub
 
-
-HUB_DATASETS = {
-    "iwslt2017": HubDataset(
-        Task("iwslt2017", "translation", "de", "en"), "IWSLT/iwslt2017", "iwslt2017-de-en", "translation"
-    ),
-    "wmt14": HubDataset(Task("wmt14", "translation", "de", "en"), "wmt/wmt14", "de-en", "translation"),
-    "xsum": HubDataset(
-        Task("xsum", "summarization", "en", "en", "summarize: "),
-        "EdinburghNLP/xsum",
-        None,
-        "document",
-        "summary",
-    ),
-    "cnn_dailymail": HubDataset(
-        Task("cnn_dailymail", "summarization", "en", "en", "summarize: "),
-        "abisee/cnn_dailymail",
-        "3.0.0",
-        "article",
-        "highlights",
-    ),
-}
-HUB_SPLITS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub answers a TCP connection (behind a proxy we cannot tell: True)."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def _offline() -> bool:
-    return any(
-        os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}
-        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
-
-
-def load_hub(name: str, split: str = "val", n: int | None = None) -> Split:
-    """A paper dataset from the Hugging Face Hub (or its local cache), as a Split.
-
-    name: one of HUB_DATASETS; split: train | val | test; n: keep only the first n examples.
-    """
-    if name not in HUB_DATASETS:
-        raise ValueError(f"name must be one of {sorted(HUB_DATASETS)}, got {name!r}")
-    if split not in HUB_SPLITS:
-        raise ValueError(f"split must be one of {sorted(HUB_SPLITS)}, got {split!r}")
-    if n is not None and n < 1:
-        raise ValueError(f"n must be >= 1 or None, got {n}")
-    spec = HUB_DATASETS[name]
-    what = f"hub dataset {spec.path!r}" + (f" (config {spec.config!r})" if spec.config else "")
-    how = (
-        f'Run `python -c "import datasets; datasets.load_dataset({spec.path!r}'
-        + (f", {spec.config!r}" if spec.config else "")
-        + ')"` once on a machine with internet and copy its Hugging Face cache (~/.cache/huggingface, '
-        "or $HF_HOME) here; then set HF_HUB_OFFLINE=1 to use the cached copy."
-    )
-    if not _offline() and not hub_reachable():
-        raise DatasetUnavailableError(f"Cannot load {what}: the Hugging Face Hub is not reachable. {how}")
-    hf_split = HUB_SPLITS[split] + (f"[:{n}]" if n else "")
-    import datasets  # heavy import, only needed here
-
-    try:
-        ds = datasets.load_dataset(spec.path, spec.config, split=hf_split)
-    except (ConnectionError, OSError, FileNotFoundError) as e:
-        raise DatasetUnavailableError(f"Cannot load {what}: {e}. {how}") from e
-    t = spec.task
-    if t.kind == "translation":
-        pairs = [(ex[t.source_lang], ex[t.target_lang]) for ex in ds[spec.source_field]]
-    else:
-        pairs = list(zip(ds[spec.source_field], ds[spec.target_field], strict=True))
-    if not pairs:
-        raise DataError(f"{what} split {hf_split!r} is empty")
-    return Split(t, split, pairs)
+        return getattr(hub, name)
+    raise AttributeError(f"module 'bildlib.data' has no attribute {name!r}")
 
 
 def load(name: str, split: str = "val", n: int | None = None) -> Split:
@@ -303,6 +220,8 @@ def load(name: str, split: str = "val", n: int | None = None) -> Split:
     if name == "multi30k":
         s = load_multi30k(split)
         return s.head(n) if n else s
-    if name in HUB_DATASETS:
-        return load_hub(name, split, n)
-    raise ValueError(f"name must be 'multi30k' or one of {sorted(HUB_DATASETS)}, got {name!r}")
+    from bildlib import hub
+
+    if name in hub.HUB_DATASETS:
+        return hub.load_hub(name, split, n)
+    raise ValueError(f"name must be 'multi30k' or one of {sorted(hub.HUB_DATASETS)}, got {name!r}")

@@ -230,3 +230,17 @@ def test_hf_peers_are_lossless_greedy(kind):
         assert D.hf_assisted(small, lg, src, 4, 0.2, max_new_tokens=20)[0] == ref
     with pytest.raises(ValueError, match="num_assistant_tokens"):
         D.hf_assisted(small, lg, src, 0)
+
+
+@pytest.mark.parametrize("kind", ["t5-tied", "llama"])
+def test_a_model_cast_after_a_lean_lm_gets_fresh_fused_weights(kind):
+    """model.to() gives the linears new tensors; an LM made after it must not reuse the weights
+    fused for the old dtype (found by the paper dry run: 'expected m1 and m2 to have the same dtype')."""
+    m = tiny(kind)
+    src = sources(1, seed=3)[0]
+    LM(m, tiny_tokenizer(), "fp32", "lean")
+    m = m.to(torch.bfloat16)
+    lean, hf = LM(m, tiny_tokenizer(), "bf16", "lean"), LM(m, tiny_tokenizer(), "bf16", "hf")
+    a, b = (lm.forward([lm.start(src)]) for lm in (lean, hf))
+    assert a.dtype == b.dtype == torch.bfloat16
+    torch.testing.assert_close(a.float(), b.float(), atol=0.1 * b.float().abs().max().item(), rtol=0)

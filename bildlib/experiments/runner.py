@@ -135,7 +135,10 @@ class Models:
 
 def examples(preset: presets.Preset, split: str, n_examples: int) -> data.Split:
     check_count("n_examples", n_examples)
-    s = data.load(preset.dataset, split, n_examples)
+    try:
+        s = data.load(preset.dataset, split, n_examples)
+    except data.DataError as e:  # a dataset whose schema moved: say which preset needs it
+        raise data.DataError(f"preset {preset.name}: {e}") from e
     if len(s) < n_examples:
         raise ValueError(f"n_examples={n_examples} but {preset.dataset} {split} has {len(s)} examples")
     return s

@@ -57,10 +57,14 @@ def act_fn(name: str):
 def fuse(*lins: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One (sum of outs, in) weight (and bias) for linears that read the same input. The HF
     linears' parameters become views of it, so the weights stay held once and the HF model keeps
-    working; fusing the same linears again returns the same tensors."""
+    working; fusing the same linears again returns the same tensors, unless the model was moved
+    or cast since (model.to() gives the linears new tensors: the old fused one is stale)."""
     done = getattr(lins[0], "_bild_fused", None)
     if done is not None and done[0].shape[0] == sum(m.weight.shape[0] for m in lins):
-        return done
+        w0 = lins[0].weight
+        same = done[0].untyped_storage().data_ptr() == w0.untyped_storage().data_ptr()
+        if same and done[0].dtype == w0.dtype:
+            return done
     with torch.no_grad():
         w = torch.cat([m.weight for m in lins])
         b = torch.cat([m.bias for m in lins]) if lins[0].bias is not None else None

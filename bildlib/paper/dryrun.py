@@ -1,0 +1,151 @@
+"""The reviewer's path, offline: every paper preset through every notebook that accepts it, on
+random models of the checkpoints' shapes (paper.shapes, at reduced width) and datasets in the
+hub's schema (paper.fixtures), n = 2, on the CPU, with the lean and the HF engine.
+
+    python -m bildlib.paper.dryrun                       # make paper-dryrun; everything under build/dryrun/
+    python -m bildlib.paper.dryrun --presets cnndm-t5 --notebooks fig4 --papermill
+
+What runs is the notebooks' own code, through the same Preset, Models, engine selection, sweep,
+analysis and plotting a reviewer's run goes through. Only the inputs are stand-ins: $BILD_MODELS
+points the hub ids at the random models, $BILD_HUB_DATA the datasets at the fixtures, and
+HF_HUB_OFFLINE=1 keeps everything off the network. Random models rarely write EOS, so each
+preset's max_new_tokens is capped (`cap`) for the run. By default the cells run in this process
+(one import of torch for the whole matrix); --papermill runs each notebook in its own kernel, as
+`papermill` on the command line does (slower; the cap then does not apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+import pandas as pd
+
+from bildlib import REPO_ROOT, presets
+from bildlib.paper import fixtures, shapes
+
+PAPER = [p for p in presets.PRESETS if p != "multi30k"]
+GRID = {"fallbacks": [0.6], "rollbacks": [2.0]}
+# Each notebook that takes a paper preset, with a grid small enough for n = 2 (fig6 / fig7 are
+# early exit, which runs on multi30k only: they refuse a paper preset, which the tests check).
+NOTEBOOKS = {
+    "fig4": GRID,
+    "fig2": {"thresholds": [0.0, 0.5]},
+    "fig5": GRID | {"windows": [3]},
+    "fig10": GRID,
+    "latency_scatter": GRID,
+    "fig9": {"fallback": 0.6, "rollback": 2.0, "n_shown": 1},
+    "fig8": GRID | {"fallback": 0.6, "rollback": 2.0},
+    "table3": GRID | {"windows": [3], "seeds": [0, 1]},
+    "table5": {"fallbacks": [0.6], "rollbacks": [2.0], "seeds": [0, 1]},
+    "peers": {"fallbacks": [0.6], "rollbacks": [2.0], "assisted": [[3, 0.2]], "tolerance": 100.0},
+}
+ENGINES = {"fig4": ("auto", "hf")}  # the HF engine too, where the lean one runs by default
+
+
+def prepare(root: Path, names: list[str] = PAPER) -> dict:
+    """The stand-ins under root (built once; a second call reuses them) and the environment that
+    points the presets at them."""
+    models, hub_data = root / "models", root / "hub-data"
+    shapes.mirror(models, names, shapes.Scale(), fixtures.words())
+    if not (hub_data / ".complete").is_file():
+        fixtures.write(hub_data)
+        (hub_data / ".complete").write_text("")
+    return {
+        "BILD_MODELS": str(models), "BILD_HUB_DATA": str(hub_data), "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(root / "hf-home"),
+    }  # fmt: skip
+
+
+@contextlib.contextmanager
+def environment(env: dict, cap: int | None):
+    """env set and every paper preset's max_new_tokens capped at `cap`, undone on exit."""
+    old_env = {k: os.environ.get(k) for k in env}
+    old = dict(presets.PRESETS)
+    os.environ.update(env)
+    if cap:
+        for k in PAPER:
+            presets.PRESETS[k] = dataclasses.replace(old[k], max_new_tokens=min(cap, old[k].max_new_tokens))
+    try:
+        yield
+    finally:
+        presets.PRESETS.update(old)
+        for k, v in old_env.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def execute(name: str, params: dict) -> None:
+    """notebooks/<name>.ipynb's code cells in this process, params after the parameters cell
+    (what papermill's injected cell does)."""
+    nb = json.loads((REPO_ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    ns: dict = {"__name__": "__main__"}
+    for c in nb["cells"]:
+        if c["cell_type"] != "code":
+            continue
+        src = "".join(c["source"])
+        if "parameters" in c.get("metadata", {}).get("tags", []):
+            src += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+        exec(compile(src, f"notebooks/{name}.ipynb", "exec"), ns)
+
+
+def run(root: Path, names: list[str] = PAPER, notebooks: list[str] = tuple(NOTEBOOKS), cap: int = 8,
+        use_papermill: bool = False, n_examples: int = 2, engines: dict = ENGINES,
+        ) -> pd.DataFrame:  # fmt: skip
+    """Every (preset, notebook, engine); one row each: seconds, and the error where one stopped it."""
+    env = prepare(root, names)
+    rows = []
+    with environment(env, None if use_papermill else cap):
+        for preset in names:
+            for nb in notebooks:
+                for engine in engines.get(nb, ("auto",)):
+                    out = root / "figures" / preset / (nb if engine == "auto" else f"{nb}-{engine}")
+                    params = NOTEBOOKS[nb] | {
+                        "preset": preset, "n_examples": n_examples, "device": "cpu", "engine": engine,
+                        "threads": 2, "out_dir": str(out), "results_dir": str(root / "results"),
+                    }  # fmt: skip
+                    t0, err = time.perf_counter(), ""
+                    try:
+                        if use_papermill:
+                            import papermill
+
+                            out.mkdir(parents=True, exist_ok=True)
+                            papermill.execute_notebook(
+                                str(REPO_ROOT / "notebooks" / f"{nb}.ipynb"), str(out / f"{nb}.ipynb"),
+                                parameters=params, cwd=str(REPO_ROOT), progress_bar=False)  # fmt: skip
+                        else:
+                            execute(nb, params)
+                        if not list(out.glob("*.png")) or not list(out.glob("*_checks.json")):
+                            raise RuntimeError(f"{nb} wrote no figure or no checks into {out}")
+                    except Exception as e:  # recorded: the table names every failure
+                        err = f"{type(e).__name__}: {e}"
+                        traceback.print_exc()
+                    rows.append({"preset": preset, "notebook": nb, "engine": engine,
+                                 "seconds": round(time.perf_counter() - t0, 1), "error": err})  # fmt: skip
+                    print(f"{preset:>14} {nb:>15} {engine:>4}: {'ok' if not err else err[:200]}", flush=True)
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bildlib.paper.dryrun", description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=REPO_ROOT / "build" / "dryrun", help="where everything goes")
+    ap.add_argument("--presets", nargs="+", default=PAPER, choices=PAPER)
+    ap.add_argument("--notebooks", nargs="+", default=list(NOTEBOOKS), choices=list(NOTEBOOKS))
+    ap.add_argument("--cap", type=int, default=8, help="max_new_tokens of every preset for the run")
+    ap.add_argument("--papermill", action="store_true", help="each notebook in its own kernel (no cap)")
+    a = ap.parse_args(argv)
+    t = run(a.root, a.presets, a.notebooks, a.cap, a.papermill)
+    t.to_csv(a.root / "dryrun.csv", index=False)
+    bad = t[t["error"] != ""]
+    print(f"{len(t) - len(bad)} of {len(t)} runs passed in {t['seconds'].sum():.0f} s")
+    print(f"every run: {a.root / 'dryrun.csv'}")
+    return 1 if len(bad) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

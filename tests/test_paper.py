@@ -1,0 +1,160 @@
+"""The paper presets offline: the checkpoints' shapes, datasets in the hub's schema, the dry run
+of every preset through every notebook, the real mT5-large / T5-large shapes on both engines, and
+the hub's offline cache."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from bildlib import data, presets
+from bildlib.paper import dryrun, fixtures, shapes
+from conftest import REPO, run_python
+
+# Parameter counts of the public base models (T5 paper; mT5 paper, rounded): 60 M, 770 M, 300 M, 1.2 B.
+PARAMS = {"t5-small": 60e6, "t5-large": 738e6, "mt5-small": 300e6, "mt5-large": 1.23e9}
+
+
+@pytest.mark.parametrize("shape", sorted(PARAMS))
+def test_shapes_have_the_base_models_sizes(shape):
+    from transformers import AutoModelForSeq2SeqLM
+
+    with torch.device("meta"):
+        m = AutoModelForSeq2SeqLM.from_config(shapes.config(shape))
+    n = sum(p.numel() for p in m.parameters())
+    if shapes.shapes()["shapes"][shape].get("tie_word_embeddings") is False:
+        n += m.lm_head.weight.numel()  # mT5's own lm_head (transformers ties it at init)
+    assert abs(n / PARAMS[shape] - 1) < 0.05, (shape, n)
+
+
+def test_every_paper_checkpoint_has_a_shape():
+    s = shapes.shapes()
+    for name in dryrun.PAPER:
+        p = presets.get(name)
+        for which in ("small", "aligned", "large"):
+            shape = s["checkpoints"][getattr(p, which)]
+            assert shape.endswith("large" if which == "large" else "small")
+            assert shape.startswith("mt5" if "mt5" in name else "t5")
+
+
+def test_dryrun_every_preset_through_every_notebook(tmp_path):
+    """make paper-dryrun: 4 presets x 10 notebooks (+ fig4 on the HF engine), all passing."""
+    proc = subprocess.run([sys.executable, "-m", "bildlib.paper.dryrun", "--root", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    t = pd.read_csv(tmp_path / "dryrun.csv").fillna("")
+    assert proc.returncode == 0, t[t["error"] != ""].to_string() + proc.stderr[-3000:]
+    assert len(t) == len(dryrun.PAPER) * (len(dryrun.NOTEBOOKS) + 1) and (t["error"] == "").all()
+    assert set(t["preset"]) == set(dryrun.PAPER) and set(t["notebook"]) == set(dryrun.NOTEBOOKS)
+    for preset in dryrun.PAPER:  # the figures and their checks were written
+        checks = json.loads((tmp_path / "figures" / preset / "fig4" / "fig4_checks.json").read_text())
+        assert checks["n"] == 2 and checks["engine"] == "lean"
+        hf = json.loads((tmp_path / "figures" / preset / "fig4-hf" / "fig4_checks.json").read_text())
+        assert hf["engine"] == "hf"
+
+
+def test_dryrun_through_papermill(tmp_path):
+    """One notebook in its own kernel, as `papermill` on the command line runs it."""
+    t = dryrun.run(tmp_path, ["cnndm-t5"], ["fig4"], use_papermill=True, engines={})
+    assert (t["error"] == "").all(), t.to_string()
+    assert (tmp_path / "figures" / "cnndm-t5" / "fig4" / "fig4.png").is_file()
+
+
+def test_fixtures_load_through_load_hub(tmp_path, monkeypatch):
+    fixtures.write(tmp_path)
+    monkeypatch.setenv("BILD_HUB_DATA", str(tmp_path))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for name, spec in data.HUB_DATASETS.items():
+        s = data.load_hub(name, "test", n=3)
+        assert len(s) == 3 and s.task == spec.task
+        if spec.task.kind == "translation":
+            assert s.pairs[0] == fixtures.PAIRS[0]
+        else:
+            assert s.pairs[0] == fixtures.DOCUMENTS[0] and s.task.prefix == "summarize: "
+
+
+def _rename(old, new):
+    return lambda name, rows: [{(new if k == old else k): v for k, v in r.items()} for r in rows]
+
+
+@pytest.mark.parametrize("preset,dataset,mutate,says", [
+    ("xsum-t5", "xsum", _rename("document", "text"), "expected column 'document' (summarization)"),
+    ("cnndm-t5", "cnn_dailymail", _rename("highlights", "summary"), "expected column 'highlights'"),
+    ("wmt2014-mt5", "wmt14", lambda n, rows: [{"translation": {"de_DE": r["translation"]["de"],
+                                                               "en": r["translation"]["en"]}} for r in rows],
+     "expected column 'translation' to hold {'de', 'en'}, found ['de_DE', 'en']"),
+])  # fmt: skip
+def test_a_broken_schema_names_preset_dataset_and_column(tmp_path, monkeypatch, preset, dataset, mutate,
+                                                         says):  # fmt: skip
+    from bildlib.experiments import runner
+
+    fixtures.write(tmp_path, [dataset], mutate=mutate)
+    monkeypatch.setenv("BILD_HUB_DATA", str(tmp_path))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(data.DataError) as e:
+        runner.examples(presets.get(preset), "val", 2)
+    msg = str(e.value)
+    assert msg.startswith(f"preset {preset}: hub dataset {data.HUB_DATASETS[dataset].path!r}"), msg
+    assert says in msg, msg
+
+
+def test_hub_data_folder_without_the_file_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("BILD_HUB_DATA", str(tmp_path))
+    no_file = r"BILD_HUB_DATA=.* has no wmt/wmt14/de-en/test\.parquet"
+    with pytest.raises(data.DatasetUnavailableError, match=no_file):
+        data.load_hub("wmt14", "test")
+
+
+@pytest.mark.parametrize("shape", ["mt5-large", "t5-large"])
+def test_real_shape_one_decode_step_on_each_engine(shape):
+    """The real mT5-large (1.2 B) and T5-large (738 M) shapes, random weights: one step and one
+    3-token call. In fp32 the lean engine equals HF. In bf16 both round away from fp32 (a random
+    24-layer mT5 is ill-conditioned: both land ~1 logit away), and the lean engine no further
+    than HF does."""
+    from bildlib.models import LM
+
+    m = shapes.model_for(shape)
+    tok = shapes.tokenizer(shape.split("-")[0], fixtures.words())
+    src = tok(fixtures.PAIRS[0][0])["input_ids"]
+
+    def logits(engine: str) -> torch.Tensor:
+        lm = LM(m, tok, shape, engine)
+        assert lm.engine == engine
+        bos = lm.start(src)
+        return torch.cat([lm.forward([bos]), lm.forward([5, 6, 7])]).float()  # (4, V)
+
+    ref = logits("hf")
+    assert ref.shape == (4, m.config.vocab_size)
+    assert (logits("lean") - ref).abs().max() < 1e-3 * ref.abs().max()  # fp32: op order only
+    m = m.to(torch.bfloat16)
+    err = {e: (logits(e) - ref).abs().mean().item() for e in ("lean", "hf")}
+    assert err["lean"] <= 1.5 * err["hf"] + 1e-3, err
+
+
+def test_offline_hub_cache_is_used(tmp_path):
+    """HF_HUB_OFFLINE=1 with a checkpoint in the hub's cache layout (models--owner--name/
+    snapshots/<rev>, refs/main): the hub id loads from it, with no $BILD_MODELS mirror."""
+    hub = "kssteven/T5-small-cnndm"
+    snap = tmp_path / "hf" / "hub" / "models--kssteven--T5-small-cnndm" / "snapshots" / ("0" * 40)
+    shapes.save(shapes.model_for("t5-small", shapes.Scale()), shapes.tokenizer("t5", fixtures.words()), snap,
+                "t5-small")  # fmt: skip
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("0" * 40)
+    code = ("from bildlib.models import LM\n"
+            f"lm = LM.from_pretrained({hub!r}, engine='lean')\n"
+            "print(lm.model.config.d_model, len(lm.tok), lm.engine)\n")  # fmt: skip
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "BILD_MODELS": ""}
+    assert run_python(code, cwd=tmp_path, env=env).stdout.split()[-3:] == ["32", "32100", "lean"]
+    env["HF_HOME"] = str(tmp_path / "empty")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, **env})  # fmt: skip
+    assert proc.returncode != 0 and hub in proc.stderr, proc.stderr[-1500:]
+    assert "not in the Hugging Face cache" in proc.stderr, proc.stderr[-1500:]
+
+
+def test_early_exit_notebooks_refuse_a_paper_preset():
+    with pytest.raises(ValueError, match="has no ee model"):
+        presets.get("iwslt2017-mt5").model("ee")
