@@ -34,6 +34,10 @@ test: lint
 # figures/ (a run with other parameters writes to build/figures/<run>/ unless given out_dir). Sweeps are cached in
 # data/results, keyed by their members: fig10, fig8 and latency_scatter reuse fig4's sweep.
 NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8 peers
+# A paper preset on a GPU: make figures PRESET=cnndm-t5 DEVICE=cuda (prints bildlib.plan's projection first).
+PRESET ?=
+DEVICE ?=
+PM_ARGS += $(if $(PRESET),-p preset $(PRESET)) $(if $(DEVICE),-p device $(DEVICE))
 PAPERMILL = $(BIN)/papermill --cwd . $(PM_ARGS)
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
@@ -41,6 +45,7 @@ fig4: $(STAMP)
 
 figures: $(STAMP)
 	@mkdir -p build/notebooks
+	$(BIN)/python -m bildlib.plan --preset $(or $(PRESET),multi30k) --device $(or $(DEVICE),cpu)
 	@for nb in $(NOTEBOOKS); do \
 	  $(PAPERMILL) notebooks/$$nb.ipynb build/notebooks/$$nb.ipynb || exit 1; done
 	$(FIG4_AUTHORS)

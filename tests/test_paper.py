@@ -158,3 +158,47 @@ def test_offline_hub_cache_is_used(tmp_path):
 def test_early_exit_notebooks_refuse_a_paper_preset():
     with pytest.raises(ValueError, match="has no ee model"):
         presets.get("iwslt2017-mt5").model("ee")
+
+
+def test_plan_before_a_long_run():
+    from bildlib import plan
+
+    d = {p: plan.plan(p, "cuda", 2, 500) for p in ["multi30k", *dryrun.PAPER]}
+    assert d["iwslt2017-mt5"]["params_m"]["large"] == 1230 and d["cnndm-t5"]["params_m"]["small"] == 61
+    assert d["iwslt2017-mt5"]["memory_gb"] > d["cnndm-t5"]["memory_gb"] > d["multi30k"]["memory_gb"] > 0
+    assert all(0 < v["projected_fig4_minutes"] for v in d.values())
+    assert d["cnndm-t5"]["fig4_configurations"] == len(presets.get("cnndm-t5").fallback_grid) * len(
+        presets.get("cnndm-t5").rollback_grid) * 2 + 5  # fmt: skip
+    text = plan.describe(d["cnndm-t5"])
+    assert "kssteven/T5-large-cnndm (738 M)" in text and "a model, not a measurement" in text
+    assert "GPUs only" in plan.describe(plan.plan("cnndm-t5", "cpu", 4, 10))
+    dry = subprocess.run(["make", "-n", "figures", "PRESET=cnndm-t5", "DEVICE=cuda"], cwd=REPO,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    assert "bildlib.plan --preset cnndm-t5 --device cuda" in dry
+    assert "-p preset cnndm-t5 -p device cuda" in dry
+
+
+def test_cuda_branches_logic_on_cpu():
+    """The CUDA branches whose logic needs no GPU: the dtype policy on a cuda device, and a Ray
+    shard asking for a GPU (a fake cluster's resource table)."""
+    from bildlib.experiments import cluster
+    from bildlib.models import resolve_dtype
+
+    cuda = torch.device("cuda")  # a device object; nothing is allocated on it
+    assert resolve_dtype("default", cuda, torch.bfloat16) == torch.bfloat16  # the stored dtype on a GPU
+    assert resolve_dtype("auto", cuda, torch.float16) == torch.float16
+    assert resolve_dtype("default", torch.device("cpu"), torch.bfloat16) == torch.float32
+
+    class FakeRay:
+        def __init__(self, have):
+            self.have = have
+
+        def cluster_resources(self):
+            return self.have
+
+    gpus = FakeRay({"CPU": 8, "GPU": 2})
+    assert cluster.resources(gpus, "cuda", 2) == ({"num_gpus": 1, "num_cpus": 1}, "cuda")
+    assert cluster.resources(gpus, "auto", 2)[1] == "cuda"
+    assert cluster.resources(FakeRay({"CPU": 8}), "auto", 2) == ({"num_cpus": 2}, "cpu")
+    with pytest.raises(ValueError, match="asks for 1 GPUs"):
+        cluster.resources(FakeRay({"CPU": 8}), "cuda", 2)
