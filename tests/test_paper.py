@@ -45,7 +45,7 @@ def test_dryrun_every_preset_through_every_notebook(tmp_path):
     """make paper-dryrun: 4 presets x 10 notebooks (+ fig4 on the HF engine), all passing."""
     proc = subprocess.run([sys.executable, "-m", "bildlib.paper.dryrun", "--root", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True)  # fmt: skip
-    t = pd.read_csv(tmp_path / "dryrun.csv").fillna("")
+    t = pd.read_csv(tmp_path / "dryrun.csv", dtype={"error": str}, keep_default_na=False)
     assert proc.returncode == 0, t[t["error"] != ""].to_string() + proc.stderr[-3000:]
     assert len(t) == len(dryrun.PAPER) * (len(dryrun.NOTEBOOKS) + 1) and (t["error"] == "").all()
     assert set(t["preset"]) == set(dryrun.PAPER) and set(t["notebook"]) == set(dryrun.NOTEBOOKS)
