@@ -110,13 +110,18 @@ def load_hub(name: str, split: str = "val", n: int | None = None) -> Split:
     return Split(t, split, pairs)
 
 
+def local_file(root: Path | str, spec: HubDataset, hf_split: str) -> Path:
+    """Where a local copy of one split lives under root: <hub id>/<config or default>/<split>.parquet."""
+    return Path(root) / spec.path / (spec.config or "default") / f"{hf_split}.parquet"
+
+
 def _local_copy(spec: HubDataset, hf_split: str) -> Path | None:
-    """$BILD_HUB_DATA/<hub id>/<config or default>/<split>.parquet, where that variable is set
-    (the dry run's fixtures, or a reviewer's own export); else None."""
+    """The split's local_file under $BILD_HUB_DATA, where that variable is set (the dry run's
+    fixtures, or a reviewer's own export); else None."""
     root = os.environ.get("BILD_HUB_DATA")
     if not root:
         return None
-    f = Path(root) / spec.path / (spec.config or "default") / f"{hf_split}.parquet"
+    f = local_file(root, spec, hf_split)
     if not f.is_file():
         raise DatasetUnavailableError(f"BILD_HUB_DATA={root} is set but has no {f.relative_to(root)}")
     return f

@@ -8,6 +8,7 @@ projects for fig4's sweep on a GPU. `make figures PRESET=... DEVICE=cuda` prints
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pandas as pd
 
 from bildlib import cost, presets, roofline
 from bildlib.experiments.config import bild_grid
+from bildlib.experiments.sweeps import sweep
 from bildlib.paper import shapes
 
 OUTPUT_TOKENS = 0.5  # the sweep's outputs are taken as half of max_new_tokens long, on average
@@ -40,7 +42,9 @@ def plan(preset: str, device: str = "cuda", dtype_bytes: int = 2, n_examples: in
     p = presets.get(preset)
     archs = {w: arch(p, w) for w in ("small", "aligned", "large")}
     params = {w: sum(a.params().values()) for w, a in archs.items()}
-    configs = len(bild_grid(preset)) + 3 + 2  # BiLD grid, 3 vanilla-large repeats, 2 vanilla small
+    grid = bild_grid(preset)
+    repeats = inspect.signature(sweep).parameters["baseline_repeats"].default
+    configs = len(grid) + repeats + len({c.model for c in grid})  # + vanilla large's repeats, each small
     T = max(1, int(OUTPUT_TOKENS * p.max_new_tokens))
     S = source_tokens or (400 if p.metric == "rougeL" else 30)
     g = roofline.GPUS[gpu]

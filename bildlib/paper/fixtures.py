@@ -1,16 +1,16 @@
 """Tiny stand-ins for the paper's hub datasets, in the schema `datasets.load_dataset` returns for
 each (IWSLT2017 and WMT14: translation {de, en}; XSUM: document, summary, id; CNN/DM: article,
 highlights, id) and its split names (train, validation, test), written as parquet under
-<root>/<hub id>/<config>/<split>.parquet. With $BILD_HUB_DATA=<root>, data.load_hub loads them
-through `datasets.load_dataset("parquet", ...)` and the same field checks and extraction as the
-hub's copies (docs/paper-checkpoints.md).
+<root>/<hub id>/<config>/<split>.parquet (hub.local_file). With $BILD_HUB_DATA=<root>,
+hub.load_hub loads them through `datasets.load_dataset("parquet", ...)` and the same field
+checks and extraction as the hub's copies (docs/paper-checkpoints.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bildlib.data import HUB_DATASETS, HUB_SPLITS
+from bildlib.hub import HUB_DATASETS, local_file
 
 PAIRS = [
     ("Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bike on the street."),
@@ -46,11 +46,6 @@ def words() -> list[str]:
     return list(dict.fromkeys(text.split()))
 
 
-def path(root: Path, name: str, split: str) -> Path:
-    spec = HUB_DATASETS[name]
-    return Path(root) / spec.path / (spec.config or "default") / f"{HUB_SPLITS[split]}.parquet"
-
-
 def write(root: Path, names: list[str] | None = None, mutate=None) -> Path:
     """Parquet files for each dataset in `names` (default: all) and each split; mutate(name, rows)
     -> rows, if given, changes them first (a test renames a column)."""
@@ -61,7 +56,7 @@ def write(root: Path, names: list[str] | None = None, mutate=None) -> Path:
         if mutate is not None:
             r = mutate(name, r)
         for split in ("train", "validation", "test"):
-            f = path(root, name, split)
+            f = local_file(root, HUB_DATASETS[name], split)
             f.parent.mkdir(parents=True, exist_ok=True)
             datasets.Dataset.from_list(r).to_parquet(str(f))
     return Path(root)

@@ -18,8 +18,8 @@ import torch
 
 
 class Recorded:
-    """A model that appends ("forward", who, seq, t0, t1, p, y) and ("crop", who, n) to `log`:
-    seq is the decoder sequence the call saw (its cache and the new tokens), p and y are each
+    """A model that appends ("forward", who, seq, t0, t1, p, y, k) and ("crop", who, n) to `log`:
+    seq is the decoder sequence the call saw (its cache and the k new tokens), p and y are each
     row's max probability and argmax (k,). Everything else is the wrapped model's."""
 
     def __init__(self, model, who: str, log: list):
@@ -41,7 +41,7 @@ class Recorded:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
         p, y = logits.float().softmax(-1).max(-1)  # (k,) each
-        self._log.append(("forward", self._who, seq, t0, t1, p.tolist(), y.tolist()))
+        self._log.append(("forward", self._who, seq, t0, t1, p.tolist(), y.tolist(), len(tokens)))
         return logits
 
     def crop(self, n: int) -> None:
@@ -70,9 +70,9 @@ def story(log: list, output: list[int]) -> Story:
     calls = [i for i, e in enumerate(log) if e[0] == "forward"]
     draft = None  # (seq index, token, p) of the small model's last proposal
     for i in calls:
-        _, who, seq, t0, t1, p, y = log[i]
-        a = len(_cache(log, i, who))  # the call ran seq[a:]
-        st.calls.append((who, t0, t1, len(seq) - a))
+        _, who, seq, t0, t1, p, y, k = log[i]
+        a = len(seq) - k  # the call ran seq[a:]
+        st.calls.append((who, t0, t1, k))
         st.seq = st.seq or seq[:1]  # [bos]
         if draft is not None:
             _settle(st, draft, len(seq))
@@ -103,15 +103,6 @@ def _settle(st: Story, draft: tuple, next_len: int) -> None:
         st.seq.append(tok), st.writer.append("S")
     else:
         st.dropped.append((j - 1, tok, p))
-
-
-def _cache(log: list, i: int, who: str) -> list[int]:
-    """The cache of model `who` just before log entry i: the sequence of its last forward, cropped."""
-    ids: list[int] = []
-    for e in log[:i]:
-        if e[1] == who:
-            ids = list(e[2]) if e[0] == "forward" else ids[: e[2]]
-    return ids
 
 
 def _crops_after(log: list, i: int) -> list[tuple]:
