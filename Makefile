@@ -87,15 +87,18 @@ report: $(STAMP)
 	$(BIN)/python -m bildlib.report
 
 # The benchmark bars (docs/engines.md): the peers notebook, BiLD against transformers' generate and
-# assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences);
-# figures/peers/val/ (about 19 min on 2 CPU cores). PEERS_ARGS is the grid; the committed run used
-# this default; PEERS_ARGS= runs the notebook's full grid.
-PEERS_ARGS ?= -y '{fallbacks: [0.4, 0.6, 0.8], rollbacks: [1.0], assisted: [[8, 0.4]]}'
+# assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences), once in
+# each dtype: the default (auto: bf16 on a CPU with native bf16) into figures/peers/val/, float32
+# into figures/peers/val-float32/ (about 20 min each on 2 CPU cores). PEERS_ARGS is the grid; the
+# committed runs used this default; PEERS_ARGS= runs the notebook's full grid.
+PEERS_ARGS ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [1.0], assisted: [[8, 0.4]], verify_below: [0.8, 0.9]}'
 PEERS_OUT ?= figures/peers/val
 bench: $(STAMP)
 	@mkdir -p build/notebooks
-	$(PAPERMILL) -p n_examples 1014 -p out_dir $(PEERS_OUT) $(PEERS_ARGS) \
+	$(PAPERMILL) -p n_examples 1014 -p dtype auto -p out_dir $(PEERS_OUT) $(PEERS_ARGS) \
 	  notebooks/peers.ipynb build/notebooks/bench.ipynb
+	$(PAPERMILL) -p n_examples 1014 -p dtype float32 -p out_dir $(PEERS_OUT)-float32 $(PEERS_ARGS) \
+	  notebooks/peers.ipynb build/notebooks/bench-float32.ipynb
 
 # fig4's sweep over all of val on another grid, into build/figures/bench/ (docs/history.md has the
 # earlier runs made this way, before the lean engine).

@@ -32,7 +32,7 @@ def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
     their outputs and references."""
     missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
     missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": "", "shard": 0, "large_calls": 0}
-    missing |= {"dtype": "", "device_name": ""}
+    missing |= {"dtype": "", "device_name": "", "verify_end_below": None}
     df = df.assign(**{c: v for c, v in missing.items() if c not in df})
     base = vanilla_large(df)
     if base.empty:
@@ -61,6 +61,7 @@ def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
         large_calls=("large_calls", "sum"),
         n=("id", "count"),
         verify_end=("verify_end", "first"),
+        verify_end_below=("verify_end_below", "first"),
         busy=("busy", "any"),
         drafted=("drafted", "sum"),
         discarded=("discarded", "sum"),
@@ -73,7 +74,7 @@ def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
         shard=("shard", "first"),
     ).rename(columns={"engine_": "engine"})  # fmt: skip (agg's own `engine` keyword is numba's)
     s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
-    for c in ("fallback", "rollback", "window", "threshold"):  # None where unused -> NaN
+    for c in ("fallback", "rollback", "window", "threshold", "verify_end_below"):  # None where unused -> NaN
         s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
     ref = s["shard"].map(refs)
     s["norm_latency"] = s["latency_s"] / ref

@@ -29,6 +29,7 @@ class BildSettings:
     max_new_tokens: int = 128
     verify_end: bool | None = None
     rules: str = "ours"
+    verify_end_below: float | None = None
 
     def __post_init__(self):
         check_count("max_new_tokens", self.max_new_tokens)
@@ -51,9 +52,17 @@ class BildSettings:
             raise ValueError(f"verify_end must be True, False or None, got {self.verify_end!r}")
         if self.check_end and self.rollback is None:
             raise ValueError("verify_end needs rollback on (without it the check changes nothing)")
+        check_threshold("verify_end_below", self.verify_end_below, 0, 1, optional=True)
+        if self.verify_end_below is not None:
+            if self.rollback is None:
+                raise ValueError("verify_end_below needs rollback on (without it the check changes nothing)")
+            if self.check_end:
+                raise ValueError("verify_end_below: the end is already always checked (verify_end=True or "
+                                 "distance='exact'); pass one of the two")  # fmt: skip
         if self.rules == "authors":
             bad = {"window": self.window is not None, "distance": self.distance != "ce"}
             bad |= {"sampling": self.sampling is not None, "verify_end": bool(self.verify_end)}
+            bad |= {"verify_end_below": self.verify_end_below is not None}
             if any(bad.values()):
                 what = ", ".join(k for k in bad if bad[k])
                 raise ValueError(f"rules='authors' is the authors' greedy T5BiLDModel; it has no {what}")
@@ -69,6 +78,12 @@ class BildSettings:
     def check_end(self) -> bool:
         """Whether the large model checks the small tokens left unchecked at the end."""
         return self.distance == "exact" if self.verify_end is None else self.verify_end
+
+    def checks_end(self, low: float) -> bool:
+        """Whether the large model checks the unchecked small tokens left at the end, the least
+        confident of which had max probability `low`."""
+        below = self.verify_end_below is not None and low < self.verify_end_below
+        return self.check_end or below
 
 
 def first_rollback(logits: torch.Tensor, drafted: list[int], s: BildSettings, pol: Policy) -> int | None:
@@ -110,6 +125,7 @@ def bild(
     max_new_tokens: int = 128,
     verify_end: bool | None = None,
     rules: str = "ours",
+    verify_end_below: float | None = None,
 ) -> tuple[list[int], Trace]:
     """Big Little Decoder (Algorithm 1) over two `bildlib.models.LM`s; returns (output ids, Trace).
 
@@ -128,14 +144,17 @@ def bild(
         draft, when the first position past α_RB holds the large model's own token; after a
         rollback the large model runs again and writes the next token too, and an EOS placed by
         a rollback does not end decoding (their loop `continue`s past both checks).
+    verify_end_below: the end check of verify_end, made only when one of the unchecked small
+        tokens had max probability below this (issue 28): a confident tail stands unchecked, as
+        in Algorithm 1 (at α_FB or lower it never checks; at 1, almost always).
     """
     s = BildSettings(fallback, rollback, max_small_steps, window, distance, sampling, max_new_tokens,
-                     verify_end, rules)  # fmt: skip
+                     verify_end, rules, verify_end_below)  # fmt: skip
     check_pair(small, large)  # one vocabulary (checked once per pair, remembered on small)
     tr, pol = Trace(), Policy(s.sampling, large.device)
     seq = [small.start(source_ids)]  # [bos] + output; a model whose cache holds seq[:n] runs seq[n:]
     large.start(source_ids)
-    run = 0  # small tokens since the large model last ran
+    run, low = 0, 1.0  # small tokens since the large model last ran, and their least max p_S
     large_next = s.rules == "authors"  # the authors' code starts with a large-model step
     while True:
         done = not large_next and finished(seq, small.eos, s.max_new_tokens)  # "while y[-1] != EOS"
@@ -144,14 +163,14 @@ def bild(
             tr.drafted += 1
             if s.fallback is None or p >= s.fallback:  # "if max p_S > α_FB": keep the small token
                 tr.emit(seq, y, "S")
-                run += 1
+                run, low = run + 1, min(low, p)
                 continue
             tr.fallbacks += 1  # "else: fallback": the token is dropped, the large model takes over
-        elif done and (run == 0 or not s.check_end):
+        elif done and (run == 0 or not s.checks_end(low)):
             break
         first = len(large.ids) + 1  # seq[first:]: the small model's tokens since the large model ran
         logits = pol.scaled(tr.call("L", large, seq))  # "p_L <- LargeModel(y)", one call; (k, V)
-        run, large_next = 0, False
+        run, low, large_next = 0, 1.0, False
         m = first_rollback(logits, seq[first:], s, pol)  # "m <- min index with d > α_RB"
         if m is not None:  # "if m exists: y <- y[:m] + [sample(p_L[m])]": rollback
             tr.rollbacks += 1

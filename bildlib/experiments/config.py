@@ -46,6 +46,7 @@ class Config:
     engine: str | None = None
     tau: float | None = None  # calm: the threshold's decay (decoding.calm_threshold)
     measure: str | None = None  # calm: "state" or "softmax"
+    verify_end_below: float | None = None  # bild: check the end only if a final small token was below it
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -73,7 +74,8 @@ class Config:
         # The decoder's own checks, now: a sweep refuses a bad configuration before anything runs.
         if self.method == "bild":
             BildSettings(self.fallback, self.rollback, self.max_small_steps, self.window, self.distance,
-                         self.sampling, verify_end=self.verify_end, rules=self.rules)  # fmt: skip
+                         self.sampling, verify_end=self.verify_end, rules=self.rules,
+                         verify_end_below=self.verify_end_below)  # fmt: skip
         elif self.method == "oracle":
             check_threshold("threshold", self.threshold, 0, 1)
         elif self.method == "calm":
@@ -126,6 +128,8 @@ class Config:
         fb = f"fb{self.fallback}" if self.fallback is not None else f"nofb-w{self.window}"
         rb = f"rb{self.rollback}" if self.rollback is not None else "norb"
         end = {True: "-verify", False: "-noverify", None: ""}[self.verify_end] + end
+        if self.verify_end_below is not None:
+            end = f"-verify-below{self.verify_end_below:g}" + end
         end = ("-exact" if self.distance == "exact" else "") + end
         return f"bild-{self.model}-{fb}-{rb}" + end + ("-authors" if self.rules == "authors" else "")
 

@@ -38,7 +38,7 @@ def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[in
     return D.bild(
         small, large, src, fallback=c.fallback, rollback=c.rollback, window=c.window,
         max_small_steps=c.max_small_steps, distance=c.distance, sampling=c.sampling,
-        verify_end=c.verify_end, rules=c.rules, **kw,
+        verify_end=c.verify_end, rules=c.rules, verify_end_below=c.verify_end_below, **kw,
     )  # fmt: skip
 
 
