@@ -46,10 +46,16 @@ def translate(
 
 
 def evaluate(
-    path: str | Path, split: str = "val", n: int | None = None, device: str = "cpu", batch_size: int = 64
+    path: str | Path,
+    split: str = "val",
+    n: int | None = None,
+    device: str = "cpu",
+    batch_size: int = 64,
+    dtype: str = "float32",
 ) -> dict:
-    """Greedy BLEU of a checkpoint on a Multi30k split."""
-    model, tok = load_model(path, device)
+    """Greedy BLEU of a checkpoint on a Multi30k split, in `dtype` (float32: the model cards' and
+    training's; models.resolve_dtype for the others)."""
+    model, tok = load_model(path, device, dtype)
     s = data.load("multi30k", split, n)
     hyps = translate(model, tok, s.sources, s.task.prefix, batch_size)
     score = metrics.bleu(hyps, s.references)
@@ -60,6 +66,7 @@ def evaluate(
         "bleu": round(score.value, 2),
         "signature": score.signature,
         "batch_size": batch_size,
+        "dtype": str(model.dtype).removeprefix("torch."),
     }
 
 
@@ -116,9 +123,12 @@ def machine() -> dict:
     }
 
 
-def latency_table(paths: list[str], n_sources: int = 20, threads: int = 2) -> list[dict]:
-    """decode_latency of several checkpoints in one process (see latency_of)."""
-    return latency_of({repo_relative(p): LM.from_pretrained(p) for p in paths}, n_sources, threads)
+def latency_table(
+    paths: list[str], n_sources: int = 20, threads: int = 2, dtype: str = "float32"
+) -> list[dict]:
+    """decode_latency of several checkpoints in one process (see latency_of), in `dtype`."""
+    models = {repo_relative(p): LM.from_pretrained(p, dtype=dtype) for p in paths}
+    return latency_of(models, n_sources, threads)
 
 
 def latency_of(models: dict, n_sources: int = 20, threads: int = 2) -> list[dict]:
@@ -147,11 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-n", type=int, default=None, help="first n examples only")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--latency", action="store_true", help="also time batch-1 decoding (2 CPU threads)")
+    ap.add_argument("--dtype", default="float32", help="float32 (the cards'), default, auto or bfloat16")
     args = ap.parse_args(argv)
     for p in args.models:
-        print(json.dumps(evaluate(p, args.split, args.n, args.device)))
+        print(json.dumps(evaluate(p, args.split, args.n, args.device, dtype=args.dtype)))
     if args.latency:
-        print(json.dumps({"machine": machine(), "latency": latency_table(args.models)}, indent=1))
+        lat = latency_table(args.models, dtype=args.dtype)
+        print(json.dumps({"machine": machine(), "latency": lat}, indent=1))
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def measure(
         "10-token call < 10 single calls": conditions["large_call10_over_single"] < 10,
         f"total size <= {SIZE_BUDGET_MB:.0f} MB": conditions["total_size_mb"] <= SIZE_BUDGET_MB,
     }
-    return {"machine": machine(), "models": models, "conditions": conditions}
+    return {"machine": machine(), "dtype": "float32", "models": models, "conditions": conditions}
 
 
 def card(name: str, m: dict, pair: dict) -> str:
@@ -107,7 +107,7 @@ def card(name: str, m: dict, pair: dict) -> str:
             "`multi30k-small-aligned-continued` and is not shipped"
         ),
     }[name]
-    lat = m["latency"]
+    lat, dt = m["latency"], pair.get("dtype", "float32")  # cards measured before issue 28 ran in float32
     return f"""# {name}
 
 {what[0].upper() + what[1:]}. German→English, Multi30k; T5 architecture trained from scratch
@@ -116,15 +116,15 @@ Loads with `AutoModelForSeq2SeqLM.from_pretrained` / `AutoTokenizer.from_pretrai
 
 | | |
 |---|---|
-| parameters | {m["params"] / 1e6:.2f} M ({m["size_mb"]} MB on disk, stored as {m["stored_dtype"]}; loads as float32) |
+| parameters | {m["params"] / 1e6:.2f} M ({m["size_mb"]} MB on disk, stored as {m["stored_dtype"]}; `from_pretrained` loads it as float32; bildlib's default dtype runs it in {m["stored_dtype"]} on a CPU with native bf16, see README, *Which dtype*) |
 | config | d_model {c["d_model"]}, d_ff {c["d_ff"]}, {c["num_layers"]} encoder + {c["num_decoder_layers"]} decoder layers, {c["num_heads"]} heads × d_kv {c["d_kv"]}, vocabulary {c["vocab_size"]}, tied embeddings |
 | training | `{cmd}` ({t["epochs"]} epochs × {t["steps_per_epoch"]} steps of {t["config"]["batch_size"]} sentences, {t["config"]["optimizer"]}, lr {t["config"]["lr"]}, seed {t["config"]["seed"]}, bf16 autocast: {t["config"]["bf16"]}) |
 | best epoch | {t["best"]["epoch"]} (greedy BLEU {t["best"]["val_bleu"]} on the first {t["config"]["n_val"]} val sentences) |
 | wall time | {t["wall_s"] / 60:.1f} min on {mach["processor"]}, {mach["threads"]} threads, torch {mach["torch"]}, {mach["cuda"] or "no GPU"} |
-| BLEU, val (1,014) | **{m["val"]["bleu"]:.2f}** (greedy) |
-| BLEU, test_2016_flickr (1,000) | **{m["test_2016_flickr"]["bleu"]:.2f}** (greedy) |
+| BLEU, val (1,014) | **{m["val"]["bleu"]:.2f}** (greedy, {dt}, HF `generate` at batch 64) |
+| BLEU, test_2016_flickr (1,000) | **{m["test_2016_flickr"]["bleu"]:.2f}** (greedy, {dt}, HF `generate` at batch 64) |
 | sacrebleu signature | `{m["val"]["signature"]}` |
-| decode latency | {lat["per_token_ms"]:.2f} ms/token; one call over 10 new tokens {lat["call10_ms"]:.2f} ms (batch 1, KV cache, {pair["machine"]["threads"]} CPU threads) |
+| decode latency | {lat["per_token_ms"]:.2f} ms/token; one call over 10 new tokens {lat["call10_ms"]:.2f} ms ({dt}, batch 1, KV cache, {pair["machine"]["threads"]} CPU threads) |
 
 Reproduce the BLEU: `python -m bildlib.evaluate data/checkpoints/{name} --split val` (and
 `--split test_2016_flickr`). Re-measure everything in this card: `python -m bildlib.modelcard`.
@@ -150,11 +150,16 @@ def size_latency(threads: int = 2) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", action="store_true", help="only time random-init models of the preset sizes")
-    if ap.parse_args(argv).sizes:
+    ap.add_argument("--render", action="store_true", help="rewrite the cards from pair.json, measuring nothing")
+    args = ap.parse_args(argv)
+    if args.sizes:
         print(json.dumps({"machine": machine(), "latency": size_latency()}, indent=1))
         return
-    pair = measure()
-    (CHECKPOINTS / "pair.json").write_text(json.dumps(pair, indent=1) + "\n")
+    if args.render:
+        pair = json.loads((CHECKPOINTS / "pair.json").read_text())
+    else:
+        pair = measure()
+        (CHECKPOINTS / "pair.json").write_text(json.dumps(pair, indent=1) + "\n")
     for n, m in pair["models"].items():
         (CHECKPOINTS / n / "README.md").write_text(card(n, m, pair))
     print(json.dumps(pair["conditions"], indent=1))

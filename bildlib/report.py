@@ -192,22 +192,24 @@ def peers(root: Path, folder: str = "figures/peers") -> str:
     run = (f"*{_run(json.loads(checks.read_text()))}.*\n\n" if checks.is_file() else
            f"*An earlier run, from before the notebooks recorded their checks (`{folder}` has no "
            "peers_checks.json), so its CSV does not name its dtype; make bench reruns it.*\n\n")  # fmt: skip
-    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", f"{r['speedup_same_engine']:.2f}×",
-             f"{r['speedup_vs_generate']:.2f}×", _num(r.get("loop_pct"), ".1f")]
-            for _, r in t.iterrows()]  # fmt: skip
-    head = [
-        "decoder",
-        "BLEU",
-        "ms / sentence",
-        "speedup, same engine",
-        "vs `generate`",
-        "loop % of call time",
-    ]
+    iv = "speedup_lo" in t  # runs since issue 28 have the speedup's interval and the calls
+    named = {"speedup_lo": "speedup_same_engine_lo", "speedup_hi": "speedup_same_engine_hi"}
+    speed = [_ci(r.rename(named), "speedup_same_engine", ".2f", "×") for _, r in t.iterrows()]
+    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", sp, f"{r['speedup_vs_generate']:.2f}×"]
+            + ([_num(r["large_calls_per_sentence"])] if iv else []) + [_num(r.get("loop_pct"), ".1f")]
+            for sp, (_, r) in zip(speed, t.iterrows(), strict=True)]  # fmt: skip
+    head = ["decoder", "BLEU", "ms / sentence", "speedup, same engine" + (" [95 %]" if iv else ""),
+            "vs `generate`"] + (["large calls / sentence"] if iv else [])  # fmt: skip
+    head += ["loop % of call time"]
     return run + _table(head, rows)
 
 
 def peers_val(root: Path) -> str:
     return peers(root, "figures/peers/val")
+
+
+def peers_val_fp32(root: Path) -> str:
+    return peers(root, "figures/peers/val-float32")
 
 
 def early_exit(root: Path) -> str:
@@ -256,6 +258,12 @@ def tutorial(root: Path) -> str:
             f"n_sweep = {c['n_sweep']}.")  # fmt: skip
 
 
+def _bench():
+    from bildlib import bench  # it formats with this module's helpers
+
+    return bench
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
     "early-exit": early_exit, "peers": peers,
@@ -265,6 +273,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "authors": lambda r: table1(r, "figures/authors"),
     "authors-point": lambda r: table1(r, "figures/authors", "point"),
     "latency": latency, "fig8": fig8, "peers-val": peers_val, "pair": pair,
+    "peers-val-float32": peers_val_fp32,
+    "dtype": lambda r: _bench().dtype_block(r), "targets": lambda r: _bench().targets_block(r),  # README
     "tutorial": tutorial,  # docs/teaching.md
 }  # fmt: skip
 FILES = ("README.md", "docs/results.md", "docs/teaching.md")  # the files whose blocks make report writes

@@ -35,7 +35,7 @@ def models():
     for m, path in SHIPPED.items():
         if not (path / "model.safetensors").is_file():
             pytest.skip(f"multi30k-{m} is not trained yet (make models)")
-        out[f"shipped-{m}"] = LM.from_pretrained(path)
+        out[f"shipped-{m}"] = LM.from_pretrained(path, dtype="float32")
     return out
 
 

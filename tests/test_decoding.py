@@ -501,7 +501,7 @@ def shipped(multi30k_dir):
         pytest.skip("the shipped multi30k-small checkpoint is not trained yet (make models)")
     from bildlib import data
 
-    small, large = load_pair(ck / "multi30k-small", ck / "multi30k-large")
+    small, large = load_pair(ck / "multi30k-small", ck / "multi30k-large", dtype="float32")  # exactness
     return small, large, [small.encode(s) for s in data.load("multi30k", "val", N_INPUTS).sources]
 
 
@@ -544,13 +544,14 @@ def test_dtype_resolution_and_loading(tmp_path, monkeypatch):
     from bildlib.models import load as M
 
     cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
-    assert M.resolve_dtype("default", cpu, bf16) == f32  # the default: fp32 on CPU, as training and cards
     assert M.resolve_dtype("auto", cpu, f32) == f32
     assert M.resolve_dtype("auto", cpu, torch.float16) == f32
     monkeypatch.setattr(M, "native_bf16", lambda: True)
     assert M.resolve_dtype("auto", cpu, bf16) == bf16
+    assert M.resolve_dtype("default", cpu, bf16) == bf16  # the default is auto, by measurement (issue 28)
     monkeypatch.setattr(M, "native_bf16", lambda: False)
     assert M.resolve_dtype("auto", cpu, bf16) == f32  # emulated bf16 is slower than fp32
+    assert M.resolve_dtype("default", cpu, bf16) == f32
     assert M.resolve_dtype("bfloat16", cpu, f32) == bf16
 
     path = save_tiny(tiny_model("t5", seed=1).to(bf16), tmp_path / "bf16")

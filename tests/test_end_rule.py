@@ -128,3 +128,40 @@ def test_bad_settings_name_the_parameter():
     assert c.label == "bild-aligned-fb0.4-rb1.0-verify-below0.9"
     with pytest.raises(ValueError, match="verify_end_below"):
         X.Config("bild", "aligned", 0.4, 1.0, verify_end_below=0.9, verify_end=True)
+
+
+def test_bench_targets_pick_rows_by_rule_and_quality():
+    """bildlib.bench reads the three benchmarks off a peers table: the fastest row within 0.5 BLEU
+    (lossless rows aside), lossless against tuned assisted generation, and the new end rule
+    against verify_end, each within 0.5 BLEU and at equal BLEU."""
+    import pandas as pd
+
+    from bildlib import bench
+
+    def row(label, method, score, ms, verify=False, below=None, ran_on="lean", model="aligned"):
+        return {"label": label, "method": method, "model": model, "score": score, "ms": ms,
+                "ran_on": ran_on, "verify_end": verify, "verify_end_below": below,
+                "speedup_same_engine": 100 / ms, "speedup_lo": 90 / ms, "speedup_hi": 110 / ms,
+                "fallback": 0.4, "rollback": 1.0, "large_calls_per_sentence": 3.0,
+                "small_calls_per_sentence": 15.0, "loop_pct": 6.0, "fallback_pct": 10.0,
+                "rollback_pct": 5.0}  # fmt: skip
+
+    every = pd.DataFrame([
+        row("vanilla-large", "vanilla", 38.0, 100, model="large"),
+        row("hf-assisted-aligned-n8-c0.4", "assisted", 38.0, 80, ran_on="hf"),
+        row("hf-assisted-aligned-ndefault-cdefault", "assisted", 38.0, 70, ran_on="hf"),  # not tuned
+        row("bild-aligned-fb0.4-rb1.0-exact", "bild", 38.0, 60),
+        row("bild-aligned-fb0.4-rb1.0", "bild", 36.0, 40),  # fastest, but 2 BLEU down
+        row("bild-aligned-fb0.4-rb1.0-verify", "bild", 38.1, 58, verify=True),
+        row("bild-aligned-fb0.5-rb1.0-verify", "bild", 37.7, 62, verify=True),
+        row("bild-aligned-fb0.4-rb1.0-verify-below0.9", "bild", 37.6, 50, below=0.9),
+    ])  # fmt: skip
+    t = bench.targets(every)
+    assert t["speedup"]["row"] == "bild-aligned-fb0.4-rb1.0-verify-below0.9" and not t["speedup"]["met"]
+    assert t["lossless_vs_assisted"]["value"] == pytest.approx(60 / 80) and t["lossless_vs_assisted"]["met"]
+    assert t["end_rule_gain"]["value"] == pytest.approx(58 / 50) and t["end_rule_gain"]["met"]
+    assert t["end_rule_gain_equal_bleu"]["against"] == "bild-aligned-fb0.4-rb1.0-verify"
+    rules = set(bench.breakdown(every)["rule"])
+    assert rules == {"exact", "Algorithm 1", "verify_end", "verify_end_below 0.9"}
+    c = bench.dtype_choice(every, every.assign(score=every["score"] + 0.2), 50.0, 60.0)
+    assert c["delta"] == pytest.approx(-0.2) and not c["auto_is_default"]  # 0.2 BLEU down: stays fp32

@@ -80,7 +80,7 @@ def test_lean_logits_equal_hf_on_the_shipped_pair(multi30k_dir):
     from bildlib.models import load_model
 
     for name in ("multi30k-small", "multi30k-large"):
-        model, tok = load_model(REPO / "data" / "checkpoints" / name)
+        model, tok = load_model(REPO / "data" / "checkpoints" / name, dtype="float32")  # HF to 1e-4
         hf, lean = LM(model, tok, name, "hf"), LM(model, tok, name, "lean")
         for s in data.load("multi30k", "val", 5).sources:
             src = tok(s)["input_ids"]
@@ -150,7 +150,8 @@ def test_every_decoder_gives_the_same_tokens_on_both_engines_on_the_shipped_pair
     from bildlib.models import load_model
 
     ck = REPO / "data" / "checkpoints"
-    (ms, tok), (ml, _) = load_model(ck / "multi30k-small-aligned"), load_model(ck / "multi30k-large")
+    f32 = {"dtype": "float32"}  # compared with HF token by token
+    (ms, tok), (ml, _) = (load_model(ck / f"multi30k-{m}", **f32) for m in ("small-aligned", "large"))
     s_hf, s_lean = LM(ms, tok, "aligned", "hf"), LM(ms, tok, "aligned", "lean")
     l_hf, l_lean = LM(ml, tok, "large", "hf"), LM(ml, tok, "large", "lean")
     check_pair(s_hf, l_hf)

@@ -30,7 +30,7 @@ def calibrate(
         ident["teacher_sha256"] = data.sha256(weights)
     if out.exists() and _calibration_meta(out) == ident:
         return out
-    model, tok = load_model(path, device)
+    model, tok = load_model(path, device, "float32")  # the shipped calibration set was made in float32
     pairs = data.load_multi30k("train").pairs[: n_train or None]
     outputs = translate(model, tok, [s for s, _ in pairs], batch_size=batch_size, progress=True)
     df = pd.DataFrame({"idx": range(len(outputs)), "output": outputs})

@@ -62,7 +62,7 @@ def check_settings(n_examples: int, n_sweep: int, fallback: float, rollback: flo
         check_threshold("alphas", a, 0, 1)
 
 
-def open_lab(preset: str, split: str, n: int, device: str = "cpu", dtype: str = "default",
+def open_lab(preset: str, split: str, n: int, device: str = "cpu", dtype: str = "float32",
              threads: int = 2) -> Lab:  # fmt: skip
     """The preset's aligned small and large models, and the first n sentences of split."""
     p = presets.get(preset)
