@@ -178,3 +178,21 @@ def why_not(bd: pd.DataFrame, vanilla_ms: float, goal: float = GOALS["speedup"])
             f"{room:.2f} added calls over Algorithm 1 at this α_FB; `{below['rule']}` adds "
             f"{below['large_calls_per_sentence'] - alg['large_calls_per_sentence']:.2f} and stays "
             f"{below['delta']:+.2f} BLEU from vanilla large, Algorithm 1 itself {alg['delta']:+.2f}.")
+
+
+def summary_block(root: Path) -> str:
+    """README's short form of targets_block: the three benchmarks in each dtype."""
+    rows, mark = [], {True: "reached", False: "**not reached**"}
+    for name, folder in RUNS.items():
+        t = targets(_csv(root, f"{folder}/peers_all.csv"))
+        for key, what in (("speedup", "BiLD within 0.5 BLEU, speedup"),
+                          ("lossless_vs_assisted", "lossless BiLD / HF assisted, latency"),
+                          ("end_rule_gain", "verify_end_below vs verify_end, speed")):  # fmt: skip
+            if (s := t.get(key)) is None:
+                continue
+            got = f"{s['value']:.2f}×" + (f" [{s['lo']:.2f}, {s['hi']:.2f}]" if "lo" in s else "")
+            got += f" (`{s['row'].removeprefix('bild-aligned-')}`)"
+            goal = ("≤ " if key == "lossless_vs_assisted" else "≥ ") + f"{s['goal']:g}×"
+            rows.append([name, what, goal, got, mark[s["met"]]])
+    return _table(["dtype", "benchmark", "goal", "measured", ""], rows)
+
