@@ -127,13 +127,14 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             )
         elif name == "peers":  # every headline row; the lossless ones write vanilla large's score
             h = pd.read_csv(tmp_path / "fig" / "peers.csv").set_index("decoder")
-            assert len(h) == 8 and (h["ms"] > 0).all() and (h["speedup_same_engine"] > 0).all()
+            assert len(h) == 9 and (h["ms"] > 0).all() and (h["speedup_same_engine"] > 0).all()
+            assert "verify-below" in h["label"][h.index.str.contains("verify_end_below")].iloc[0]
             assert h["ran_on"]["vanilla large (hf engine)"] == "hf"
             v = h["score"]["vanilla large (lean engine)"]
             for lossless in ("HF generate (large, greedy)", "HF assisted generation, defaults",
                              "vanilla large (hf engine)", "BiLD lossless (exact)"):  # fmt: skip
                 assert h["score"][lossless] == v
-            assert len(pd.read_csv(tmp_path / "fig" / "peers_all.csv")) == 11  # 7 peers + 4 BiLD, baselines
+            assert len(pd.read_csv(tmp_path / "fig" / "peers_all.csv")) == 13  # 7 peers, 4 BiLD, 2 below
         elif name in ("fig6", "fig7"):  # speedups against the full early-exit model's vanilla decoding
             s = pd.read_csv(tmp_path / "fig" / f"{name}.csv").set_index("label")
             assert s["speedup"]["vanilla-ee"] == pytest.approx(1.0, rel=0.2)

@@ -187,7 +187,10 @@ def test_cuda_branches_logic_on_cpu():
     cuda = torch.device("cuda")  # a device object; nothing is allocated on it
     assert resolve_dtype("default", cuda, torch.bfloat16) == torch.bfloat16  # the stored dtype on a GPU
     assert resolve_dtype("auto", cuda, torch.float16) == torch.float16
-    assert resolve_dtype("default", torch.device("cpu"), torch.bfloat16) == torch.float32
+    from bildlib.models.load import native_bf16
+
+    cpu_bf16 = torch.bfloat16 if native_bf16() else torch.float32  # default is auto (issue 28)
+    assert resolve_dtype("default", torch.device("cpu"), torch.bfloat16) == cpu_bf16
 
     class FakeRay:
         def __init__(self, have):
