@@ -33,7 +33,8 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
     vanilla large on the same engine and against HF generate, the loop's own cost. Headline rows:
     HF generate; HF assisted at its defaults and at its fastest tuned setting; vanilla large on
     both engines; the fastest lossless BiLD; the fastest BiLD within `tol` of vanilla large's
-    score, with and without verify_end."""
+    score with Algorithm 1's end, with verify_end and with verify_end_below. Speedups carry
+    their 95 % intervals (speedup_lo / _hi), and BiLD rows their model calls per sentence."""
     s = summarize(df)  # ran_on: the engine each configuration ran on ("lean" or "hf")
     s = _hf_intervals(df, s)
     run = vanilla_large(s)["ran_on"].iloc[0]  # the run's engine
