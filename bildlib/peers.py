@@ -36,7 +36,7 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
     score with Algorithm 1's end, with verify_end and with verify_end_below. Speedups carry
     their 95 % intervals (speedup_lo / _hi), and BiLD rows their model calls per sentence."""
     s = summarize(df)  # ran_on: the engine each configuration ran on ("lean" or "hf")
-    s = _hf_intervals(df, s)
+    s = _calls_per_sentence(df, _hf_intervals(df, s))
     run = vanilla_large(s)["ran_on"].iloc[0]  # the run's engine
     is_hf_large = (s["method"] == "vanilla") & (s["model"] == "large") & (s["engine"] == "hf")
     if not is_hf_large.any() or not (s["method"] == "generate").any():
@@ -83,7 +83,7 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
 def _hf_intervals(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
     """summarize's speedup intervals are against the run's baseline; the rows that ran on HF are
     timed against vanilla large on HF, so theirs come from the same paired bootstrap against
-    that row (bildlib.intervals). Also the model calls per sentence (the per-call breakdown)."""
+    that row (bildlib.intervals)."""
     from bildlib import intervals
 
     s = s.copy()
@@ -94,6 +94,12 @@ def _hf_intervals(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
         iv = intervals.shard_intervals(rows, [base.iloc[0]], df.attrs.get("metric", "bleu"))
         for c in ("speedup_lo", "speedup_hi"):
             s.loc[s["label"].isin(hf), c] = s["label"].map(iv[c])
+    return s
+
+
+def _calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
+    """Each configuration's model calls per sentence (the per-call breakdown)."""
+    s = s.copy()
     calls = df.groupby("label")[["large_calls", "small_calls"]].mean()
     s["large_calls_per_sentence"] = s["label"].map(calls["large_calls"])
     s["small_calls_per_sentence"] = s["label"].map(calls["small_calls"])
