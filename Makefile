@@ -13,7 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tutorial paper-dryrun tokenizer models models-ee figures-ee cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -142,6 +142,21 @@ figures-ee: $(STAMP)
 	  echo "== $$nb"; \
 	  $(PAPERMILL) notebooks/$$nb.ipynb build/notebooks/$$nb.ipynb || exit 1; \
 	done
+
+# The decoder-only pair of arXiv v1 Table 2 (issue 29): GPT-2-style small and large trained on
+# Multi30k as "de: <German> en: <English>" texts (bildlib.train.causal), then their cards. Not
+# committed (the tracked tree must stay under 60 MB); each run resumes from its last finished
+# epoch. docs/language-modelling.md.
+models-lm: $(STAMP)
+	$(TRAIN) multi30k-lm-large $(TRAIN_ARGS)
+	$(TRAIN) multi30k-lm-small $(TRAIN_ARGS)
+	$(BIN)/python -m bildlib.modelcard_lm
+
+# Table 2 (perplexity under fallback-only BiLD) and the decoder-only frontier into figures/
+# (needs make models-lm; PRESET=wikitext2-gpt2 runs GPT-2 on WikiText-2 from the hub instead)
+figures-lm: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) notebooks/table2_lm.ipynb build/notebooks/table2_lm.ipynb
 
 cards: $(STAMP)
 	$(BIN)/python -m bildlib.modelcard

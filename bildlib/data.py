@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bildlib import REPO_ROOT
 
-TASK_KINDS = ("translation", "summarization")
+TASK_KINDS = ("translation", "summarization", "language_modeling")
 
 
 class DataError(ValueError):
@@ -56,6 +56,9 @@ class Split:
     task: Task
     split: str
     pairs: list[tuple[str, str]] = field(repr=False)  # (source, reference)
+    # language modelling: the raw texts perplexity is taken over (pairs are prompts and their
+    # continuations, for generation); other tasks: None
+    texts: list[str] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -75,10 +78,10 @@ class Split:
         return [r for _, r in self.pairs]
 
     def head(self, n: int) -> Split:
-        """The first n pairs (a fixed, reproducible subset)."""
+        """The first n pairs (a fixed, reproducible subset); the texts stay whole."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        return Split(self.task, self.split, self.pairs[:n])
+        return Split(self.task, self.split, self.pairs[:n], self.texts)
 
 
 # --------------------------------------------------------------------------- Multi30k

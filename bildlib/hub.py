@@ -45,6 +45,12 @@ HUB_DATASETS = {
         "highlights",
     ),
 }
+# language modelling (arXiv v1 Table 2): perplexity over every line; generation from the first
+# PROMPT_WORDS words of each paragraph of at least 2 * PROMPT_WORDS words, against the rest
+HUB_DATASETS["wikitext2"] = HubDataset(
+    Task("wikitext2", "language_modeling", "en", "en"), "Salesforce/wikitext", "wikitext-2-raw-v1", "text"
+)
+PROMPT_WORDS = 24
 HUB_SPLITS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}
 
 
@@ -86,7 +92,8 @@ def load_hub(name: str, split: str = "val", n: int | None = None) -> Split:
         + ')"` once on a machine with internet and copy its Hugging Face cache (~/.cache/huggingface, '
         "or $HF_HOME) here; then set HF_HUB_OFFLINE=1 to use the cached copy."
     )
-    hf_split = HUB_SPLITS[split] + (f"[:{n}]" if n else "")
+    lm = spec.task.kind == "language_modeling"  # n counts prompts, not lines: the whole split is read
+    hf_split = HUB_SPLITS[split] + (f"[:{n}]" if n and not lm else "")
     local = _local_copy(spec, HUB_SPLITS[split])
     if local is None and not _offline() and not hub_reachable():
         raise DatasetUnavailableError(f"Cannot load {what}: the Hugging Face Hub is not reachable. {how}")
@@ -101,13 +108,29 @@ def load_hub(name: str, split: str = "val", n: int | None = None) -> Split:
         raise DatasetUnavailableError(f"Cannot load {what}: {e}. {how}") from e
     check_schema(ds.column_names, ds[0] if len(ds) else {}, spec, what)
     t = spec.task
+    texts = None
     if t.kind == "translation":
         pairs = [(ex[t.source_lang], ex[t.target_lang]) for ex in ds[spec.source_field]]
+    elif t.kind == "language_modeling":
+        texts, pairs = lm_split(ds[spec.source_field])
     else:
         pairs = list(zip(ds[spec.source_field], ds[spec.target_field], strict=True))
     if not pairs:
         raise DataError(f"{what} split {hf_split!r} is empty")
-    return Split(t, split, pairs)
+    s = Split(t, split, pairs, texts)
+    return s.head(n) if lm and n else s
+
+
+def lm_split(lines: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """WikiText's lines as (texts, pairs): the texts are its non-empty lines, stripped (headings
+    included); each paragraph of >= 2 * PROMPT_WORDS words gives a (prompt, continuation) pair."""
+    texts = [x.strip() for x in lines if x.strip()]
+    pairs = []
+    for x in texts:
+        w = x.split()
+        if not x.startswith("=") and len(w) >= 2 * PROMPT_WORDS:
+            pairs.append((" ".join(w[:PROMPT_WORDS]), " ".join(w[PROMPT_WORDS:])))
+    return texts, pairs
 
 
 def local_file(root: Path | str, spec: HubDataset, hf_split: str) -> Path:
@@ -135,6 +158,8 @@ def check_schema(columns: list[str], first: dict, spec: HubDataset, what: str) -
     for col in need:
         if col not in columns:
             raise DataError(f"{what}: expected column {col!r} ({t.kind}), found columns {columns}")
+    if t.kind == "language_modeling" and first and not isinstance(first.get(spec.source_field), str):
+        raise DataError(f"{what}: expected column {spec.source_field!r} to hold text")
     if t.kind == "translation" and first:
         pair = first[spec.source_field]
         keys = sorted(pair) if isinstance(pair, dict) else type(pair).__name__

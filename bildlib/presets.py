@@ -24,13 +24,14 @@ class Preset:
     name: str
     dataset: str  # a name bildlib.data.load knows
     small: str
-    aligned: str  # the small model after prediction alignment
+    aligned: str | None  # the small model after prediction alignment (None: none, as for the LM pairs)
     large: str
     metric: str  # "bleu" | "rougeL"
     fallback_grid: tuple[float, ...]
     rollback_grid: tuple[float, ...]
     max_new_tokens: int = 128
     prefix: str = ""  # prepended to each source; T5 summarization uses "summarize: "
+    suffix: str = ""  # appended to each source: a decoder-only pair's prompt ends with it (" en:")
     ee: str | None = None  # early-exit model (fig6): its first `exit_layer` decoder layers are BiLD's small
     calm: str | None = None  # the same base trained with CALM's weighted exits (fig7)
     exit_layer: int = 1
@@ -43,7 +44,8 @@ class Preset:
             raise ValueError(f"which must be one of {', '.join(MODEL_NAMES)}, got {which!r}")
         name = getattr(self, which)
         if name is None:
-            raise ValueError(f"preset {self.name} has no {which} model (early exit runs on multi30k)")
+            why = "early exit runs on multi30k" if which in ("ee", "calm") else "no aligned small model"
+            raise ValueError(f"preset {self.name} has no {which} model ({why})")
         try:
             return locate(name)
         except FileNotFoundError as e:
@@ -52,10 +54,21 @@ class Preset:
                     f"{name} does not exist: the early-exit models are built, not "
                     "shipped; `make models-ee` trains them (docs/early-exit.md)"
                 ) from e
+            if name in LM_BUILT:
+                raise FileNotFoundError(
+                    f"{name} does not exist: the decoder-only pair is built, not shipped; "
+                    "`make models-lm` trains it (docs/language-modelling.md)"
+                ) from e
             raise
+
+    def prompt(self, source: str) -> str:
+        """The text a model is given for one source: prefix + source + suffix."""
+        return self.prefix + source + self.suffix
 
 
 MODEL_NAMES = ("small", "aligned", "large", "ee", "calm")
+LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large")  # make models-lm
+DECODER_ONLY = ("multi30k-lm", "wikitext2-gpt2")  # the presets of notebooks/table2_lm
 
 
 def _paper(task: str, dataset: str, family: str, summarization: bool) -> Preset:
@@ -92,6 +105,34 @@ PRESETS = {
         max_new_tokens=64,
         ee="data/checkpoints/multi30k-ee",
         calm="data/checkpoints/multi30k-calm",
+    ),
+    # The decoder-only pair this project trains (`make models-lm`, issue 29): prompt-style
+    # translation "de: <German> en:" (train.causal); no aligned small model.
+    "multi30k-lm": Preset(
+        name="multi30k-lm",
+        dataset="multi30k",
+        small=LM_BUILT[0],
+        aligned=None,
+        large=LM_BUILT[1],
+        metric="bleu",
+        fallback_grid=(0.2, 0.3, 0.4, 0.5, 0.6),
+        rollback_grid=(0.5, 1.0, 2.0, 3.0),
+        max_new_tokens=64,
+        prefix="de: ",
+        suffix=" en:",
+    ),
+    # arXiv v1 Table 2: GPT-2 on WikiText-2. Generation continues the first words of each paragraph
+    # (hub.lm_split); its BLEU against the paragraph's own continuation is a weak proxy.
+    "wikitext2-gpt2": Preset(
+        name="wikitext2-gpt2",
+        dataset="wikitext2",
+        small="gpt2",
+        aligned=None,
+        large="gpt2-large",
+        metric="bleu",
+        fallback_grid=TRANSLATION_FB,
+        rollback_grid=TRANSLATION_RB,
+        max_new_tokens=64,
     ),
     "iwslt2017-mt5": _paper("iwslt2017", "iwslt2017", "mT5", summarization=False),
     "wmt2014-mt5": _paper("wmt2014", "wmt14", "mT5", summarization=False),

@@ -35,7 +35,7 @@ class _Run:
         self.where = where  # each row says which process and device made it (evaluate.worker)
 
     def encode(self, i: int) -> list[int]:
-        return self.tok.encode(self.job.preset.prefix + self.job.examples.pairs[i][0])
+        return self.tok.encode(self.job.preset.prompt(self.job.examples.pairs[i][0]))
 
     def warm(self) -> None:
         """Untimed decodes of the first `warmup` examples: allocator, caches, lazy init."""

@@ -203,7 +203,7 @@ def plan(
         "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
         "engines": {w: models.engine_of(w, config.runs_on) for w in config.needs()},
         "device": models.device.type, "threads": threads, "warmup": warmup,
-        "max_new_tokens": p.max_new_tokens, "prefix": p.prefix,
+        "max_new_tokens": p.max_new_tokens, "prefix": p.prefix, **({"suffix": p.suffix} if p.suffix else {}),
     }  # fmt: skip
     if shard is not None:
         spec["shard"] = shard

@@ -17,15 +17,17 @@ MAX_LEN = 128  # tokens, source and target; Multi30k's longest sentence has 60
 @dataclass
 class TrainConfig:
     out: str  # folder of the saved (best) checkpoint
-    model: dict = field(default_factory=dict)  # T5Config fields, to train from scratch
+    model: dict = field(default_factory=dict)  # T5Config (GPT2Config) fields, to train from scratch
+    arch: str = "t5"  # "t5": encoder-decoder translation; "gpt2": a decoder-only LM (train.causal)
     init_from: str | None = None  # or: a checkpoint folder / hub name to fine-tune
     tokenizer: str = str(DEFAULT_TOKENIZER.relative_to(REPO_ROOT))
     targets: str | None = None  # calibration parquet: train on the teacher's outputs, not the references
     prefix: str = ""  # prepended to every source, e.g. "translate German to English: " for t5-small
+    suffix: str = ""  # gpt2: appended to every source; the prompt is prefix + source + suffix
     n_train: int | None = None  # first n training pairs only
     n_val: int = 300  # val sentences scored with greedy BLEU after each epoch
     epochs: int = 10
-    batch_size: int = 128  # sentences per step, so every target set gets the same number of steps
+    batch_size: int = 128  # sentences per step (gpt2: chunks of train.causal.WINDOW tokens)
     optimizer: str = "adamw"  # "adamw" | "adafactor" (the paper's)
     lr: float = 1e-3
     warmup_steps: int = 400
@@ -51,9 +53,15 @@ class TrainConfig:
             raise ValueError(f"optimizer must be 'adamw' or 'adafactor', got {self.optimizer!r}")
         if self.save_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"save_dtype must be 'float32' or 'bfloat16', got {self.save_dtype!r}")
+        if self.arch not in ("t5", "gpt2"):
+            raise ValueError(f"arch must be 't5' or 'gpt2', got {self.arch!r}")
+        if self.arch == "gpt2" and (self.init_from or self.exits or self.targets):
+            raise ValueError(
+                "arch 'gpt2' trains from scratch on the references: no init_from, exits or targets"
+            )
         if self.exits not in EXIT_LOSSES:
             raise ValueError(f"exits must be one of {EXIT_LOSSES}, got {self.exits!r}")
-        if self.model.get("num_decoder_layers", 0) > self.model.get("num_layers", 6):
+        if self.arch == "t5" and self.model.get("num_decoder_layers", 0) > self.model.get("num_layers", 6):
             # transformers sizes generate()'s T5 cache by the encoder's depth (num_hidden_layers)
             raise ValueError("model: num_decoder_layers > num_layers breaks generate() in transformers 5")
         if bool(self.model) == bool(self.init_from):
@@ -71,6 +79,14 @@ _RECIPE = dict(optimizer="adafactor", lr=3e-2, warmup_steps=200, save_dtype="bfl
 _SMALL = dict(model=SMALL, epochs=4, batch_size=64, **_RECIPE)
 _EXITS = dict(init_from="data/checkpoints/multi30k-large", epochs=3, batch_size=128, **_RECIPE)
 _EXITS["lr"] = 1e-2  # a fine-tune: the continued-aligned preset's step size
+# The decoder-only pair (issue 29; docs/data-and-models.md): prompt-style translation texts
+# "de: ... en: ..." (train.causal). Sized like the T5 pair for latency: the small one's step is
+# about a sixth of the large one's on 2 CPU threads (two layers against eight). Not committed (the
+# tree's 60 MB budget): `make models-lm` trains them.
+LM_SMALL = dict(n_embd=128, n_layer=2, n_head=4, n_inner=512)
+LM_LARGE = dict(n_embd=384, n_layer=8, n_head=6, n_inner=1024)
+_LM = dict(arch="gpt2", prefix="de: ", suffix=" en:", n_val=1014, batch_size=32, lr=1e-3, warmup_steps=200,
+           label_smoothing=0.0, save_dtype="bfloat16")  # fmt: skip
 PRESETS = {
     "multi30k-small": TrainConfig(out="data/checkpoints/multi30k-small", **_SMALL),
     "multi30k-large": TrainConfig(
@@ -91,6 +107,12 @@ PRESETS = {
     # tracked tree must stay under 60 MB): `make models-ee` builds them (docs/early-exit.md)
     "multi30k-ee": TrainConfig(out="data/checkpoints/multi30k-ee", exits="ee", **_EXITS),
     "multi30k-calm": TrainConfig(out="data/checkpoints/multi30k-calm", exits="calm", **_EXITS),
+    "multi30k-lm-large": TrainConfig(
+        out="data/checkpoints/multi30k-lm-large", model=LM_LARGE, epochs=4, **_LM
+    ),
+    "multi30k-lm-small": TrainConfig(
+        out="data/checkpoints/multi30k-lm-small", model=LM_SMALL, epochs=4, **_LM
+    ),
 }
 
 

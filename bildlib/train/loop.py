@@ -18,6 +18,7 @@ from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 from bildlib import data, metrics
 from bildlib.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
+from bildlib.train import causal
 from bildlib.train.align import read_calibration
 from bildlib.train.config import MAX_LEN, TrainConfig, _path
 from bildlib.train.exits import exit_weights, multi_exit_loss
@@ -69,9 +70,11 @@ def collate(src, tgt, idx, device) -> dict:
 
 
 def build_model(cfg: TrainConfig, tok):
-    """The model to train: a fresh T5 (seeded init) or a loaded checkpoint."""
+    """The model to train: a fresh T5 or GPT-2 (seeded init) or a loaded checkpoint."""
     torch.manual_seed(cfg.seed)
-    if cfg.init_from:
+    if cfg.arch == "gpt2":
+        model = causal.build(cfg.model, tok)
+    elif cfg.init_from:
         try:
             model = AutoModelForSeq2SeqLM.from_pretrained(locate(cfg.init_from), dtype=torch.float32)
         except (OSError, ValueError) as e:
@@ -91,7 +94,7 @@ def build_model(cfg: TrainConfig, tok):
     check_vocab(tok, model.config, cfg.init_from or "model")
     g = model.generation_config
     g.decoder_start_token_id, g.eos_token_id, g.pad_token_id = (
-        model.config.decoder_start_token_id,
+        getattr(model.config, "decoder_start_token_id", None),
         tok.eos_token_id,
         tok.pad_token_id,
     )
@@ -129,9 +132,16 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
     out = _path(cfg.out)
     resume = out.with_name(out.name + ".resume") / "state.pt"
     tok = load_tokenizer(cfg.init_from or _path(cfg.tokenizer))
+    lm = cfg.arch == "gpt2"  # a decoder-only LM (train.causal): texts, not (source, target)
+    tok = causal.lm_tokenizer(tok) if lm else tok
     pairs = training_pairs(cfg)
     val = data.load_multi30k("val").head(cfg.n_val)
-    src, tgt = encode(tok, pairs, cfg.prefix)
+    if lm:  # the texts packed into chunks, shuffled anew each epoch (train.causal.pack)
+        texts = causal.encode(tok, pairs, cfg.prefix, cfg.suffix)
+        src = causal.pack(texts, cfg.seed)
+        tgt = [[] for _ in src]
+    else:
+        src, tgt = encode(tok, pairs, cfg.prefix)
     model = build_model(cfg, tok).to(device)
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -143,7 +153,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         # steps relative to each weight's RMS (as in T5's own training): T5 initialises embeddings
         # with std 1 but attention weights near 0.01, so one absolute step size fits neither
         opt = Adafactor(groups, lr=cfg.lr, scale_parameter=True, relative_step=False, warmup_init=False)
-    steps_per_epoch = -(-len(pairs) // cfg.batch_size)
+    steps_per_epoch = -(-len(src) // cfg.batch_size)  # gpt2: the chunks' count is the same each epoch
     sched = get_linear_schedule_with_warmup(opt, cfg.warmup_steps, cfg.epochs * steps_per_epoch)
 
     log = {
@@ -151,6 +161,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         "command": command,
         "machine": machine(),
         "n_train": len(pairs),
+        "n_chunks": len(src) if lm else None,
         "steps_per_epoch": steps_per_epoch,
         "epochs": [],
         "best": None,
@@ -170,10 +181,13 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         log = state["log"]
     out.mkdir(parents=True, exist_ok=True)
 
-    weights = exit_weights(cfg.exits, model.config.num_decoder_layers, cfg.exit_layer)  # {layer: w}
+    layers = getattr(model.config, "num_decoder_layers", None) or model.config.num_hidden_layers  # gpt2
+    weights = exit_weights(cfg.exits, layers, cfg.exit_layer)  # {layer: w}
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
     for epoch in range(len(log["epochs"]) + 1, cfg.epochs + 1):
         t0, total, count = time.time(), 0.0, 0
+        if lm:
+            src = causal.pack(texts, cfg.seed * 1000 + epoch)
         model.train()
         bar = tqdm(
             batches(src, tgt, cfg.batch_size, cfg.seed * 1000 + epoch),
@@ -181,9 +195,15 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
             desc=f"{out.name} epoch {epoch}/{cfg.epochs}",
         )
         for idx in bar:
-            b = collate(src, tgt, idx, device)
-            with torch.autocast(**autocast):  # the exits' cross-entropies are taken in fp32
-                loss = multi_exit_loss(model, b, weights, cfg.label_smoothing)
+            with torch.autocast(**autocast):  # the cross-entropies are taken in fp32
+                if lm:
+                    loss = causal.loss(
+                        model, causal.collate(src, idx, tok.pad_token_id, device), cfg.label_smoothing
+                    )
+                else:
+                    loss = multi_exit_loss(
+                        model, collate(src, tgt, idx, device), weights, cfg.label_smoothing
+                    )
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
             opt.step()
@@ -192,17 +212,18 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
             total, count = total + loss.item(), count + 1
             bar.set_postfix(loss=f"{total / count:.3f}")
         model.eval()
-        score = metrics.bleu(translate(model, tok, val.sources, cfg.prefix), val.references)
-        row = {
-            "epoch": epoch,
-            "train_loss": round(total / count, 4),
-            "val_bleu": round(score.value, 2),
-            "lr": sched.get_last_lr()[0],
-            "wall_s": round(time.time() - t0, 1),
-        }
+        row = {"epoch": epoch, "train_loss": round(total / count, 4)}
+        if lm:  # the best epoch has the lowest val perplexity
+            row["val_ppl"] = round(causal.val_perplexity(model, tok, val.pairs, cfg.prefix, cfg.suffix), 3)
+            better = log["best"] is None or row["val_ppl"] < log["best"]["val_ppl"]
+        else:  # the highest val BLEU
+            score = metrics.bleu(translate(model, tok, val.sources, cfg.prefix), val.references)
+            row["val_bleu"] = round(score.value, 2)
+            log["signature"] = score.signature
+            better = log["best"] is None or row["val_bleu"] > log["best"]["val_bleu"]
+        row |= {"lr": sched.get_last_lr()[0], "wall_s": round(time.time() - t0, 1)}
         log["epochs"].append(row)
-        log["signature"] = score.signature
-        if log["best"] is None or row["val_bleu"] > log["best"]["val_bleu"]:
+        if better:
             log["best"] = row
             save_checkpoint(model, tok, out, cfg.save_dtype)
         log["wall_s"] = round(sum(r["wall_s"] for r in log["epochs"]), 1)

@@ -69,7 +69,7 @@ def open_lab(preset: str, split: str, n: int, device: str = "cpu", dtype: str = 
     torch.set_num_threads(threads)
     small, large = load_pair(p.model("aligned"), p.model("large"), device, dtype)
     ex = data.load(p.dataset, split, n)
-    srcs = [small.encode(p.prefix + s) for s in ex.sources]
+    srcs = [small.encode(p.prompt(s)) for s in ex.sources]
     return Lab(small, large, srcs, ex.sources, ex.references, min(p.max_new_tokens, 64))
 
 

@@ -1,0 +1,102 @@
+"""arXiv v1 Table 2 on a decoder-only pair (notebooks/table2_lm): perplexity under fallback-only
+BiLD (bildlib.perplexity) beside the latency of generating under the same policy, and a Fig.
+4-style frontier of generation (BiLD with rollback, speculative decoding).
+
+    s, l = scores("multi30k-lm", "val")          # teacher-forced, both models, once
+    ppl = perplexity_table(s, l, [0.3, 0.5])      # one row per model and per α_FB
+    df = X.sweep("multi30k-lm", grid([0.3, 0.5], [1.0], [4]))
+    t = table(ppl, A.summarize(df))               # + speedup and BLEU of generating
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bildlib import data, perplexity, presets
+from bildlib.experiments import Config, bild, speculative, vanilla
+from bildlib.models import load_model
+
+# arXiv v1 (2302.07863v1) Table 2, GPT-2 on WikiText-2, as issue 29 quotes it (not re-read from
+# the PDF here): perplexity and latency normalized to vanilla large (1 / speedup).
+V1 = pd.DataFrame(
+    {"row": ["vanilla large", "BiLD", "BiLD"], "perplexity": [13.70, 13.53, 14.56],
+     "speedup": [1.0, 1.30, 1.59]}
+)  # fmt: skip
+
+
+def texts(preset: str, split: str, n: int | None = None) -> list[str]:
+    """The texts perplexity is taken over: a language-modelling split's own texts (WikiText's
+    lines), or each pair as the preset's prompt followed by its reference (multi30k-lm:
+    "de: <German> en: <English>", the decoder-only pair's training format, train.causal)."""
+    p = presets.get(preset)
+    if preset not in presets.DECODER_ONLY:
+        names = ", ".join(presets.DECODER_ONLY)
+        raise ValueError(f"preset must be a decoder-only one ({names}), got {preset!r}")
+    s = data.load(p.dataset, split)
+    out = s.texts if s.texts is not None else [f"{p.prompt(src)} {ref}" for src, ref in s.pairs]
+    if n is not None and n < 1:
+        raise ValueError(f"n_texts must be >= 1 (or 0 for all), got {n}")
+    return out[:n] if n else out
+
+
+def scores(
+    preset: str, split: str = "val", n: int | None = None, window: int = 128, stride: int = 64,
+    device: str = "cpu", dtype: str = "default",
+) -> tuple[perplexity.Scores, perplexity.Scores]:  # fmt: skip
+    """Teacher-forced scores of the small and the large model of `preset` over texts(...)."""
+    p = presets.get(preset)
+    t = texts(preset, split, n)
+    out = []
+    for which in ("small", "large"):
+        model, tok = load_model(p.model(which), device, dtype)
+        out.append(perplexity.score(model, perplexity.stream(tok, t), window, stride))
+    return out[0], out[1]
+
+
+def perplexity_table(small: perplexity.Scores, large: perplexity.Scores, fallbacks) -> pd.DataFrame:
+    """Perplexity of each model alone and of fallback-only BiLD at each α_FB, with the share of
+    tokens the large model scored."""
+    nan = float("nan")
+    rows = [
+        {"row": "vanilla small", "fallback": nan, "perplexity": small.perplexity, "fallback_pct": 0.0},
+        {"row": "vanilla large", "fallback": nan, "perplexity": large.perplexity, "fallback_pct": 100.0},
+    ]
+    for fb in fallbacks:
+        r = perplexity.policy(small, large, fb)
+        rows.append({"row": "BiLD", "fallback": fb, "perplexity": r.perplexity,
+                     "fallback_pct": r.fallback_pct})  # fmt: skip
+    out = pd.DataFrame(rows)
+    out.attrs["n_tokens"] = len(small.nll)
+    return out
+
+
+def grid(fallbacks, rollbacks, windows) -> list[Config]:
+    """The generation sweep: fallback-only BiLD at each α_FB (Table 2's latency), BiLD with
+    rollback over α_FB × α_RB and speculative decoding at each window (the frontier), vanilla
+    small, and two checks: exact BiLD (must equal vanilla large) and α_FB = 0 without the step
+    limit (must equal vanilla small)."""
+    out = [vanilla("small")] + [bild("small", fb, None) for fb in fallbacks]
+    out += [bild("small", fb, rb) for fb in fallbacks for rb in rollbacks]
+    out += [speculative("small", w) for w in windows]
+    out += [EXACT, SMALL_ONLY]
+    return list(dict.fromkeys(out))
+
+
+EXACT = Config("bild", "small", fallback=0.5, rollback=1.0, distance="exact")
+SMALL_ONLY = Config("bild", "small", fallback=0.0, rollback=None, max_small_steps=None)
+
+
+def table(ppl: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: perplexity_table's rows with the speedup (and normalized latency) and score of
+    generating under the same policy, from analysis.summarize(sweep): vanilla small and large,
+    and fallback-only BiLD (rollback off, at most 10 small tokens in a row) at each α_FB."""
+    gen = s[(s["method"] == "bild") & s["rollback"].isna() & (s["label"] != SMALL_ONLY.label)]
+    by_fb = gen.set_index("fallback")
+    van = s[s["method"] == "vanilla"].groupby("model").first()
+    cols = ["speedup", "speedup_lo", "speedup_hi", "norm_latency", "score", "fallback_pct"]
+    cols = [c for c in cols if c in s]
+    rows = []
+    for _, r in ppl.iterrows():
+        g = van.loc[r["row"].split()[-1]] if r["row"].startswith("vanilla") else by_fb.loc[r["fallback"]]
+        rows.append(r.to_dict() | {f"gen_{c}": g[c] for c in cols})
+    return pd.DataFrame(rows)
