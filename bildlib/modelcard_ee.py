@@ -27,12 +27,13 @@ NAMES = ("multi30k-ee", "multi30k-calm")
 
 
 @torch.inference_mode()
-def greedy(lm: LM, split: data.Split, max_new_tokens: int = 64) -> dict:
-    """Greedy BLEU of one model (or view) over a split, and its decode time per output token."""
+def greedy(lm: LM, split: data.Split, max_new_tokens: int = 64, prompt=str) -> dict:
+    """Greedy BLEU of one model (or view) over a split, and its decode time per output token.
+    prompt: the text given for a source (a decoder-only pair's Preset.prompt)."""
     outs, seconds, tokens = [], 0.0, 0
     for src in split.sources:
         t0 = time.perf_counter()
-        ids, _ = vanilla(lm, lm.encode(src), max_new_tokens=max_new_tokens)
+        ids, _ = vanilla(lm, lm.encode(prompt(src)), max_new_tokens=max_new_tokens)
         seconds += time.perf_counter() - t0
         tokens += len(ids)
         outs.append(lm.decode(ids))

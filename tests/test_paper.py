@@ -42,13 +42,20 @@ def test_every_paper_checkpoint_has_a_shape():
 
 
 def test_dryrun_every_preset_through_every_notebook(tmp_path):
-    """make paper-dryrun: 4 presets x 10 notebooks (+ fig4 on the HF engine), all passing."""
+    """make paper-dryrun: 4 presets x 10 notebooks (+ fig4 on the HF engine) and GPT-2 on WikiText-2
+    through table2_lm, all passing."""
     proc = subprocess.run([sys.executable, "-m", "bildlib.paper.dryrun", "--root", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True)  # fmt: skip
     t = pd.read_csv(tmp_path / "dryrun.csv", dtype={"error": str}, keep_default_na=False)
     assert proc.returncode == 0, t[t["error"] != ""].to_string() + proc.stderr[-3000:]
-    assert len(t) == len(dryrun.PAPER) * (len(dryrun.NOTEBOOKS) + 1) and (t["error"] == "").all()
-    assert set(t["preset"]) == set(dryrun.PAPER) and set(t["notebook"]) == set(dryrun.NOTEBOOKS)
+    every = dryrun.PAPER + dryrun.LM_PAPER  # table2_lm's place in each seq2seq row goes to fig4 on hf
+    assert len(t) == len(dryrun.PAPER) * len(dryrun.NOTEBOOKS) + len(dryrun.LM_PAPER)
+    assert (t["error"] == "").all()
+    assert set(t["preset"]) == set(every) and set(t["notebook"]) == set(dryrun.NOTEBOOKS)
+    assert set(t[t["notebook"] == "table2_lm"]["preset"]) == {"wikitext2-gpt2"}
+    lm = json.loads((tmp_path / "figures/wikitext2-gpt2/table2_lm/table2_lm_checks.json").read_text())
+    assert lm["exact BiLD = vanilla large, % of examples"] == 100  # lossless on GPT-2's shapes too
+    assert lm["α_FB 0 without the step limit = vanilla small, % of examples"] == 100
     for preset in dryrun.PAPER:  # the figures and their checks were written
         checks = json.loads((tmp_path / "figures" / preset / "fig4" / "fig4_checks.json").read_text())
         assert checks["n"] == 2 and checks["engine"] == "lean"
@@ -72,6 +79,10 @@ def test_fixtures_load_through_load_hub(tmp_path, monkeypatch):
         assert len(s) == 3 and s.task == spec.task
         if spec.task.kind == "translation":
             assert s.pairs[0] == fixtures.PAIRS[0]
+        elif spec.task.kind == "language_modeling":  # n counts prompts; the texts stay whole
+            assert s.texts == [x.strip() for x in fixtures.lines() if x.strip()] and len(s.texts) == 5
+            prompt, rest = s.pairs[0]
+            assert len(prompt.split()) == 24 and f"{prompt} {rest}" == s.texts[1]
         else:
             assert s.pairs[0] == fixtures.DOCUMENTS[0] and s.task.prefix == "summarize: "
 
@@ -83,6 +94,7 @@ def _rename(old, new):
 @pytest.mark.parametrize("preset,dataset,mutate,says", [
     ("xsum-t5", "xsum", _rename("document", "text"), "expected column 'document' (summarization)"),
     ("cnndm-t5", "cnn_dailymail", _rename("highlights", "summary"), "expected column 'highlights'"),
+    ("wikitext2-gpt2", "wikitext2", _rename("text", "line"), "expected column 'text' (language_modeling)"),
     ("wmt2014-mt5", "wmt14", lambda n, rows: [{"translation": {"de_DE": r["translation"]["de"],
                                                                "en": r["translation"]["en"]}} for r in rows],
      "expected column 'translation' to hold {'de', 'en'}, found ['de_DE', 'en']"),

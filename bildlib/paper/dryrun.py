@@ -30,7 +30,10 @@ import pandas as pd
 from bildlib import REPO_ROOT, presets
 from bildlib.paper import fixtures, shapes
 
-PAPER = [p for p in presets.PRESETS if p != "multi30k"]
+# the paper's hub presets: encoder-decoder ones through every notebook but table2_lm, the
+# decoder-only one (arXiv v1 Table 2, GPT-2 on WikiText-2) through table2_lm alone
+PAPER = [p for p in presets.PRESETS if p != "multi30k" and p not in presets.DECODER_ONLY]
+LM_PAPER = [p for p in presets.DECODER_ONLY if p != "multi30k-lm"]
 GRID = {"fallbacks": [0.6], "rollbacks": [2.0]}
 # Each notebook that takes a paper preset, with a grid small enough for n = 2 (fig6 / fig7 are
 # early exit, which runs on multi30k only: they refuse a paper preset, which the tests check).
@@ -45,11 +48,18 @@ NOTEBOOKS = {
     "table3": GRID | {"windows": [3], "seeds": [0, 1]},
     "table5": {"fallbacks": [0.6], "rollbacks": [2.0], "seeds": [0, 1]},
     "peers": {"fallbacks": [0.6], "rollbacks": [2.0], "assisted": [[3, 0.2]], "tolerance": 100.0},
+    "table2_lm": {"fallbacks": [0.6], "rollbacks": [2.0], "windows": [3], "window": 16, "stride": 8},
 }
 ENGINES = {"fig4": ("auto", "hf")}  # the HF engine too, where the lean one runs by default
 
 
-def prepare(root: Path, names: list[str] = PAPER) -> dict:
+def takes(preset: str) -> list[str]:
+    """The notebooks a paper preset runs through."""
+    lm = preset in presets.DECODER_ONLY
+    return [nb for nb in NOTEBOOKS if (nb == "table2_lm") == lm]
+
+
+def prepare(root: Path, names: list[str] = PAPER + LM_PAPER) -> dict:
     """The stand-ins under root (built once; a second call reuses them) and the environment that
     points the presets at them."""
     models, hub_data = root / "models", root / "hub-data"
@@ -70,7 +80,7 @@ def environment(env: dict, cap: int | None):
     old = dict(presets.PRESETS)
     os.environ.update(env)
     if cap:
-        for k in PAPER:
+        for k in PAPER + LM_PAPER:
             presets.PRESETS[k] = dataclasses.replace(old[k], max_new_tokens=min(cap, old[k].max_new_tokens))
     try:
         yield
@@ -94,7 +104,7 @@ def execute(name: str, params: dict) -> None:
         exec(compile(src, f"notebooks/{name}.ipynb", "exec"), ns)
 
 
-def run(root: Path, names: list[str] = PAPER, notebooks: list[str] = tuple(NOTEBOOKS), cap: int = 8,
+def run(root: Path, names: list[str] = PAPER + LM_PAPER, notebooks: list[str] = tuple(NOTEBOOKS), cap: int = 8,
         use_papermill: bool = False, n_examples: int = 2, engines: dict = ENGINES,
         ) -> pd.DataFrame:  # fmt: skip
     """Every (preset, notebook, engine); one row each: seconds, and the error where one stopped it."""
@@ -102,7 +112,7 @@ def run(root: Path, names: list[str] = PAPER, notebooks: list[str] = tuple(NOTEB
     rows = []
     with environment(env, None if use_papermill else cap):
         for preset in names:
-            for nb in notebooks:
+            for nb in [nb for nb in notebooks if nb in takes(preset)]:
                 for engine in engines.get(nb, ("auto",)):
                     out = root / "figures" / preset / (nb if engine == "auto" else f"{nb}-{engine}")
                     params = NOTEBOOKS[nb] | {
@@ -134,7 +144,7 @@ def run(root: Path, names: list[str] = PAPER, notebooks: list[str] = tuple(NOTEB
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bildlib.paper.dryrun", description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=REPO_ROOT / "build" / "dryrun", help="where everything goes")
-    ap.add_argument("--presets", nargs="+", default=PAPER, choices=PAPER)
+    ap.add_argument("--presets", nargs="+", default=PAPER + LM_PAPER, choices=PAPER + LM_PAPER)
     ap.add_argument("--notebooks", nargs="+", default=list(NOTEBOOKS), choices=list(NOTEBOOKS))
     ap.add_argument("--cap", type=int, default=8, help="max_new_tokens of every preset for the run")
     ap.add_argument("--papermill", action="store_true", help="each notebook in its own kernel (no cap)")

@@ -30,10 +30,21 @@ DOCUMENTS = [
 ]  # fmt: skip
 
 
+def lines() -> list[str]:
+    """WikiText-2's raw layout: a heading, blank lines, paragraphs of two documents and their
+    summaries each (long enough to give a prompt and its continuation, hub.lm_split), each line
+    ending " \n"."""
+    docs = [f"{d} {s}" for d, s in DOCUMENTS]
+    paras = [f"{docs[i]} {docs[(i + 1) % len(docs)]}" for i in range(len(docs))]
+    return [" = Local news = \n", ""] + [x for p in paras for x in (f" {p} \n", "")]
+
+
 def rows(name: str) -> list[dict]:
     """The examples of dataset `name` (a key of data.HUB_DATASETS) in its hub schema."""
     spec = HUB_DATASETS[name]
     t = spec.task
+    if t.kind == "language_modeling":
+        return [{spec.source_field: x} for x in lines()]
     if t.kind == "translation":
         return [{spec.source_field: {t.source_lang: s, t.target_lang: r}} for s, r in PAIRS]
     docs = enumerate(DOCUMENTS)

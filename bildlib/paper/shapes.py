@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
 
 from bildlib import REPO_ROOT, presets
 
@@ -39,12 +39,15 @@ class Scale:
 
 
 def config(shape: str, scale: Scale | None = None):
-    """The transformers config of `shape` ("t5-small", "mt5-large", ...), reduced by `scale`."""
+    """The transformers config of `shape` ("t5-small", "mt5-large", "gpt2", ...), reduced by `scale`."""
     s = shapes()["shapes"]
     if shape not in s:
         raise ValueError(f"shape must be one of {sorted(s)}, got {shape!r}")
     fields = {k: v for k, v in s[shape].items() if k not in ("architectures", "model_type")}
-    if scale is not None:
+    if scale is not None and s[shape]["model_type"] == "gpt2":
+        n = scale.large_layers if shape.endswith("large") else scale.layers
+        fields |= {"n_embd": scale.d_model, "n_head": scale.heads, "n_inner": scale.d_ff, "n_layer": n}
+    elif scale is not None:
         n = scale.large_layers if shape.endswith("large") else scale.layers
         fields |= {"d_model": scale.d_model, "d_kv": scale.d_kv, "num_heads": scale.heads, "d_ff": scale.d_ff,
                    "num_layers": n, "num_decoder_layers": n}  # fmt: skip
@@ -56,6 +59,8 @@ def model_for(shape: str, scale: Scale | None = None, seed: int = 0, dtype: torc
     checkpoints have (transformers 5 ties mT5 at init; it keeps a checkpoint's own lm_head)."""
     torch.manual_seed(seed)
     cfg = config(shape, scale)
+    if not cfg.is_encoder_decoder:  # GPT-2: transformers' own init (N(0, 0.02), tied head)
+        return AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
     with torch.device("meta"):
         m = AutoModelForSeq2SeqLM.from_config(cfg)
     m = m.to_empty(device="cpu").to(dtype)
@@ -80,10 +85,18 @@ def model_for(shape: str, scale: Scale | None = None, seed: int = 0, dtype: torc
 
 def tokenizer(kind: str, words: list[str]) -> PreTrainedTokenizerFast:
     """A sentencepiece-style (Unigram, "▁" word marks) tokenizer of the real size and special ids
-    of `kind` ("t5" or "mt5"): <pad> 0, </s> 1, <unk> 2, then `words`, then filler pieces."""
+    of `kind` ("t5" or "mt5"): <pad> 0, </s> 1, <unk> 2, then `words`, then filler pieces. For
+    "gpt2": `words` and filler, <|endoftext|> last (50256), no pad, nothing appended."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     t = shapes()["tokenizers"][kind]
+    if kind == "gpt2":
+        pieces = ["<unk>"] + [f"▁{w}" for w in dict.fromkeys(words)]
+        pieces += [f"▁x{i}" for i in range(t["size"] - 1 - len(pieces))] + ["<|endoftext|>"]
+        tk = Tokenizer(models.Unigram([(p, -5.0) for p in pieces], unk_id=0))
+        tk.pre_tokenizer, tk.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+        eos = "<|endoftext|>"
+        return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=eos, bos_token=eos, unk_token="<unk>")
     pieces = ["<pad>", "</s>", "<unk>"] + [f"▁{w}" for w in dict.fromkeys(words)]
     pieces += [f"▁x{i}" for i in range(t["size"] - len(pieces))]
     tk = Tokenizer(models.Unigram([(p, -1.0 if i < 3 else -5.0) for i, p in enumerate(pieces)], unk_id=2))
@@ -128,6 +141,8 @@ def mirror(root: Path, names: list[str], scale: Scale | None = Scale(), words: l
         p = presets.get(name)
         for j, which in enumerate(("large", "small", "aligned")):
             hub = getattr(p, which)
+            if hub is None:  # the LM presets have no aligned model
+                continue
             shape = s["checkpoints"][hub]
             path = root / hub
             if (path / "model.safetensors").is_file():
