@@ -104,7 +104,7 @@ def execute(name: str, params: dict) -> None:
         exec(compile(src, f"notebooks/{name}.ipynb", "exec"), ns)
 
 
-def run(root: Path, names: list[str] = PAPER + LM_PAPER, notebooks: list[str] = tuple(NOTEBOOKS), cap: int = 8,
+def run(root: Path, names: list[str] = PAPER + LM_PAPER, notebooks: list[str] = tuple(NOTEBOOKS), cap=8,
         use_papermill: bool = False, n_examples: int = 2, engines: dict = ENGINES,
         ) -> pd.DataFrame:  # fmt: skip
     """Every (preset, notebook, engine); one row each: seconds, and the error where one stopped it."""
