@@ -258,6 +258,12 @@ def tutorial(root: Path) -> str:
             f"n_sweep = {c['n_sweep']}.")  # fmt: skip
 
 
+def _table2():
+    from bildlib import table2  # notebooks/table2_lm's tables (it imports torch: only when asked)
+
+    return table2
+
+
 def _bench():
     from bildlib import bench  # it formats with this module's helpers
 
@@ -277,8 +283,10 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "dtype": lambda r: _bench().dtype_block(r), "targets": lambda r: _bench().summary_block(r),  # README
     "targets-detail": lambda r: _bench().targets_block(r),  # docs/results.md
     "tutorial": tutorial,  # docs/teaching.md
+    "table2-lm": lambda r: _table2().block(r), "lm-pair": lambda r: _table2().pair_block(r),
 }  # fmt: skip
-FILES = ("README.md", "docs/results.md", "docs/teaching.md")  # the files whose blocks make report writes
+# the files whose blocks make report writes
+FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md")
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:

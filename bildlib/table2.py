@@ -100,3 +100,38 @@ def table(ppl: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
         g = van.loc[r["row"].split()[-1]] if r["row"].startswith("vanilla") else by_fb.loc[r["fallback"]]
         rows.append(r.to_dict() | {f"gen_{c}": g[c] for c in cols})
     return pd.DataFrame(rows)
+
+
+def block(root) -> str:
+    """README's Table 2 block, from the committed figures/table2_lm.csv and its checks."""
+    from bildlib import report as R
+
+    t, c = R._csv(root, "figures/table2_lm.csv"), R._json(root, "figures/table2_lm_checks.json")
+    rows = [[r["row"], R._num(r["fallback"], "g"), R._num(r["perplexity"]), R._num(r["fallback_pct"], ".1f"),
+             R._ci(r, "gen_speedup", ".2f", "×"), R._num(r["gen_score"]),
+             R._num(r["gen_fallback_pct"], ".1f")] for _, r in t.iterrows()]  # fmt: skip
+    v1 = "; ".join(f"{r.row} {r.perplexity:.2f} at {r.speedup:.2f}×" for r in V1.itertuples())
+    return "\n".join([
+        f"*Preset `{t['preset'].iloc[0]}`; perplexity over {c['perplexity tokens']:,} tokens of val "
+        f"(windows of {c['window']} every {c['stride']}); generating: {R._run(c)}. Exact BiLD wrote vanilla "
+        f"large's tokens on {c['exact BiLD = vanilla large, % of examples']:.0f} % of the prompts.*", "",
+        R._table(["row", "α_FB", "perplexity", "tokens scored by the large model %",
+                  "generating: speedup [95 %]", "BLEU", "fallbacks per token %"], rows),
+        "", f"arXiv v1 Table 2 (GPT-2 on WikiText-2, as issue 29 quotes it): {v1}.",
+    ])  # fmt: skip
+
+
+def pair_block(root) -> str:
+    """docs/language-modelling.md's table of the decoder-only pair, from its committed cards."""
+    from bildlib import report as R
+
+    rows = []
+    for name in ("multi30k-lm-small", "multi30k-lm-large"):
+        m = R._json(root, f"data/checkpoints/cards/{name}.json")
+        z, tr = m["size"], m["train"]
+        g = m["greedy"]
+        rows.append([f"`{name}`", f"{z['layers']} × {z['d_model']}", f"{z['parameters'] / 1e6:.1f} M",
+                     f"{m['perplexity']:.2f}", f"{g['bleu']:.2f}", f"{g['ms_per_token']:.2f}",
+                     f"{tr['wall_s'] / 60:.1f} min, {tr['epochs']} epochs"])  # fmt: skip
+    return R._table(["model", "layers × width", "parameters", "val perplexity", "greedy BLEU, val",
+                     "ms / token (CPU, float32)", "training (2 CPU threads)"], rows)  # fmt: skip

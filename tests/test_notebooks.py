@@ -19,7 +19,7 @@ STAND_IN = {
 }
 
 
-@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial"])
+@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial", "table2_lm"])
 def test_notebook_is_clean_and_parameterised(name):
     import papermill
 
@@ -190,7 +190,7 @@ def test_only_the_default_run_writes_to_figures(capsys):
     assert notebook.outputs("fig4", d | {"out_dir": "figures/full"}) == REPO_ROOT / "figures" / "full"
 
 
-@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial"])
+@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial", "table2_lm"])
 def test_parameters_are_type_checked(name):
     from bildlib import notebook
 
