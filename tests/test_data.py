@@ -197,6 +197,9 @@ HUB_ROWS = {
     "wmt14": {"translation": [{"de": "Hallo Welt.", "en": "Hello world."}]},
     "xsum": {"document": ["A long article."], "summary": ["Short."], "id": ["1"]},
     "cnn_dailymail": {"article": ["A long article."], "highlights": ["Short."], "id": ["1"]},
+    # WikiText-2 raw: lines, headings and blank lines included
+    "wikitext2": {"text": ["", " = Title = \n", "", " " + " ".join(f"w{i}" for i in range(50)) + " \n",
+                           " Short line . \n"]},
 }
 
 
@@ -215,8 +218,12 @@ def test_hub_plumbing(name, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no reachability probe
     s = data.load_hub(name, "val", n=5)
     spec = data.HUB_DATASETS[name]
-    assert calls == [(spec.path, spec.config, "validation[:5]")]
-    if spec.task.kind == "translation":
+    lm = spec.task.kind == "language_modeling"  # n counts prompts: the whole split is read
+    assert calls == [(spec.path, spec.config, "validation" if lm else "validation[:5]")]
+    if lm:  # every non-empty line is a text; the long paragraph gives the one prompt (24 words)
+        assert s.texts == ["= Title =", " ".join(f"w{i}" for i in range(50)), "Short line ."]
+        assert s.pairs == [(" ".join(f"w{i}" for i in range(24)), " ".join(f"w{i}" for i in range(24, 50)))]
+    elif spec.task.kind == "translation":
         assert s.pairs == [("Hallo Welt.", "Hello world.")] and s.task.prefix == ""
     else:
         assert s.pairs == [("A long article.", "Short.")] and s.task.prefix == "summarize: "
