@@ -98,18 +98,21 @@ sacrebleu: `{m["exits"][n]["signature"]}`
 """
 
 
+def write_card(name: str, text: str, m: dict) -> None:
+    """A built model's card beside its weights and, since the weights are not committed, in
+    data/checkpoints/cards/ (<name>.md and the measurements as <name>.json)."""
+    for path in (CHECKPOINTS / name / "README.md", CHECKPOINTS / "cards" / f"{name}.md"):
+        with data.atomic_path(path) as tmp:
+            tmp.write_text(text)
+    with data.atomic_path(CHECKPOINTS / "cards" / f"{name}.json") as tmp:
+        tmp.write_text(json.dumps(m, indent=1) + "\n")
+    print(text)
+
+
 def main() -> None:
     ms = {name: measure(name) for name in NAMES}
-    (CHECKPOINTS / "cards").mkdir(exist_ok=True)
     for name, m in ms.items():
-        other = ms[NAMES[0]] if name != NAMES[0] else None
-        text = card(m, other)
-        for path in (CHECKPOINTS / name / "README.md", CHECKPOINTS / "cards" / f"{name}.md"):
-            with data.atomic_path(path) as tmp:
-                tmp.write_text(text)
-        with data.atomic_path(CHECKPOINTS / "cards" / f"{name}.json") as tmp:
-            tmp.write_text(json.dumps(m, indent=1) + "\n")
-        print(text)
+        write_card(name, card(m, ms[NAMES[0]] if name != NAMES[0] else None), m)
 
 
 if __name__ == "__main__":

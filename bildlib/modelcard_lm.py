@@ -19,7 +19,7 @@ import torch
 from bildlib import data, perplexity, presets, table2
 from bildlib.evaluate import machine
 from bildlib.modelcard import CHECKPOINTS
-from bildlib.modelcard_ee import greedy
+from bildlib.modelcard_ee import greedy, write_card
 from bildlib.models import LM, load_model
 from bildlib.train.causal import STRIDE, WINDOW
 
@@ -84,15 +84,8 @@ sacrebleu: `{g["signature"]}`
 
 def main() -> None:
     ms = {name: measure(name) for name in NAMES}
-    (CHECKPOINTS / "cards").mkdir(exist_ok=True)
     for name, m in ms.items():
-        text = card(m, ms[NAMES[1 - NAMES.index(name)]])
-        for path in (CHECKPOINTS / name / "README.md", CHECKPOINTS / "cards" / f"{name}.md"):
-            with data.atomic_path(path) as tmp:
-                tmp.write_text(text)
-        with data.atomic_path(CHECKPOINTS / "cards" / f"{name}.json") as tmp:
-            tmp.write_text(json.dumps(m, indent=1) + "\n")
-        print(text)
+        write_card(name, card(m, ms[NAMES[1 - NAMES.index(name)]]), m)
 
 
 if __name__ == "__main__":

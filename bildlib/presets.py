@@ -9,6 +9,7 @@ tests), or the hub id itself.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from bildlib.models.load import locate
@@ -106,21 +107,6 @@ PRESETS = {
         ee="data/checkpoints/multi30k-ee",
         calm="data/checkpoints/multi30k-calm",
     ),
-    # The decoder-only pair this project trains (`make models-lm`, issue 29): prompt-style
-    # translation "de: <German> en:" (train.causal); no aligned small model.
-    "multi30k-lm": Preset(
-        name="multi30k-lm",
-        dataset="multi30k",
-        small=LM_BUILT[0],
-        aligned=None,
-        large=LM_BUILT[1],
-        metric="bleu",
-        fallback_grid=(0.2, 0.3, 0.4, 0.5, 0.6),
-        rollback_grid=(0.5, 1.0, 2.0, 3.0),
-        max_new_tokens=64,
-        prefix="de: ",
-        suffix=" en:",
-    ),
     # arXiv v1 Table 2: GPT-2 on WikiText-2. Generation continues the first words of each paragraph
     # (hub.lm_split); its BLEU against the paragraph's own continuation is a weak proxy.
     "wikitext2-gpt2": Preset(
@@ -139,6 +125,14 @@ PRESETS = {
     "xsum-t5": _paper("xsum", "xsum", "T5", summarization=True),
     "cnndm-t5": _paper("cnndm", "cnn_dailymail", "T5", summarization=True),
 }
+
+
+# The decoder-only pair this project trains (`make models-lm`, issue 29): prompt-style translation
+# "de: <German> en:" (train.causal) on multi30k's data and grids; no aligned small model, no early exit.
+PRESETS["multi30k-lm"] = dataclasses.replace(
+    PRESETS["multi30k"], name="multi30k-lm", small=LM_BUILT[0], aligned=None, large=LM_BUILT[1],
+    prefix="de: ", suffix=" en:", ee=None, calm=None,
+)  # fmt: skip
 
 
 def get(name: str) -> Preset:
