@@ -82,7 +82,7 @@ def score(model, ids: list[int], window: int = 128, stride: int = 64, batch: int
     if limit is not None and window > limit:
         raise ValueError(f"window={window} is larger than the model's {limit} positions")
     spans = windows(len(ids), window, stride)
-    x = torch.tensor(ids, dtype=torch.long)
+    x, dev = torch.tensor(ids, dtype=torch.long), model.device
     nll, pmax = [], []
     for i in range(0, len(spans), batch):
         part = spans[i : i + batch]
@@ -91,7 +91,6 @@ def score(model, ids: list[int], window: int = 128, stride: int = 64, batch: int
         mask = torch.zeros(len(part), width, dtype=torch.long)
         for r, (b, e, _) in enumerate(part):
             inp[r, : e - b], mask[r, : e - b] = x[b:e], 1
-        dev = model.device
         logp = F.log_softmax(model(input_ids=inp.to(dev), attention_mask=mask.to(dev)).logits.float(), -1)
         for r, (b, e, first) in enumerate(part):
             lp = logp[r, first - b - 1 : e - b - 1]  # (k, V): row j predicts token first + j

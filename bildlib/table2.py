@@ -15,6 +15,7 @@ import pandas as pd
 from bildlib import data, perplexity, presets
 from bildlib.experiments import Config, bild, speculative, vanilla
 from bildlib.models import load_model
+from bildlib.train import causal
 
 # arXiv v1 (2302.07863v1) Table 2, GPT-2 on WikiText-2, as issue 29 quotes it (not re-read from
 # the PDF here): perplexity and latency normalized to vanilla large (1 / speedup).
@@ -33,7 +34,9 @@ def texts(preset: str, split: str, n: int | None = None) -> list[str]:
         names = ", ".join(presets.DECODER_ONLY)
         raise ValueError(f"preset must be a decoder-only one ({names}), got {preset!r}")
     s = data.load(p.dataset, split)
-    out = s.texts if s.texts is not None else [f"{p.prompt(src)} {ref}" for src, ref in s.pairs]
+    out = s.texts
+    if out is None:  # a pair's text as the decoder-only pair was trained on it
+        out = [causal.text(p.prefix, p.suffix, src, ref) for src, ref in s.pairs]
     if n is not None and n < 1:
         raise ValueError(f"n_texts must be >= 1 (or 0 for all), got {n}")
     return out[:n] if n else out

@@ -44,13 +44,13 @@ def config(shape: str, scale: Scale | None = None):
     if shape not in s:
         raise ValueError(f"shape must be one of {sorted(s)}, got {shape!r}")
     fields = {k: v for k, v in s[shape].items() if k not in ("architectures", "model_type")}
-    if scale is not None and s[shape]["model_type"] == "gpt2":
+    if scale is not None:
         n = scale.large_layers if shape.endswith("large") else scale.layers
-        fields |= {"n_embd": scale.d_model, "n_head": scale.heads, "n_inner": scale.d_ff, "n_layer": n}
-    elif scale is not None:
-        n = scale.large_layers if shape.endswith("large") else scale.layers
-        fields |= {"d_model": scale.d_model, "d_kv": scale.d_kv, "num_heads": scale.heads, "d_ff": scale.d_ff,
-                   "num_layers": n, "num_decoder_layers": n}  # fmt: skip
+        if s[shape]["model_type"] == "gpt2":
+            fields |= {"n_embd": scale.d_model, "n_head": scale.heads, "n_inner": scale.d_ff, "n_layer": n}
+        else:
+            fields |= {"d_model": scale.d_model, "d_kv": scale.d_kv, "num_heads": scale.heads,
+                       "d_ff": scale.d_ff, "num_layers": n, "num_decoder_layers": n}  # fmt: skip
     return AutoConfig.for_model(s[shape]["model_type"], **fields)
 
 
