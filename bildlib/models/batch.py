@@ -1,0 +1,215 @@
+"""Many sentences at once (issue 30): a ragged batch of decoder rows, each with its own length.
+
+A batch model has B rows; row r holds its own source and its own decoder tokens `ids[r]`.
+forward(rows, tokens) runs tokens[j] (k_j of them) for row rows[j], each at that row's own
+position, in one call, and returns one logits tensor (k_j, V) per row; crop(r, n) rolls row r
+alone back. Rows that are done simply leave `rows`: nothing of theirs runs.
+
+`LeanT5Batch` pads the call to K = max k_j tokens: row r writes its keys and values at
+[pos_r, pos_r + K) of its own cache row and its queries see keys [0, pos_r + i] through the
+causal relative-position bias table, so the padding past a row's k_j is never read before a
+later call overwrites it (the lean engines' rule: lengths live with the caller). Sources are
+padded to the longest and masked in encoder self-attention and cross-attention.
+`Looped` is any batch-1 LM per row, called one after another: the reference the batched
+engine is tested against, and the path of every architecture the batched engine lacks.
+
+    rows = batched(large, 8)        # LeanT5Batch for a lean T5, Looped otherwise
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from bildlib.models.lean_common import rms
+from bildlib.models.lean_t5 import LeanT5
+from bildlib.models.lm import LM, check_source
+
+
+def check_sources(sources, vocab: int) -> list[torch.Tensor]:
+    """A non-empty list of sources, each one check_source accepts; errors name the row."""
+    if isinstance(sources, torch.Tensor) or not isinstance(sources, list | tuple):
+        raise TypeError(f"sources must be a list of sources (lists of ids), got {type(sources).__name__}")
+    if not sources:
+        raise ValueError("sources is empty: a batch needs at least one source")
+    out = []
+    for r, s in enumerate(sources):
+        try:
+            out.append(check_source(s, vocab))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"sources[{r}]: {e}") from None
+    return out
+
+
+class Looped:
+    """B batch-1 models, one per row, called in turn: correct for every engine and for fakes."""
+
+    def __init__(self, lm, rows: int):
+        self.lm, self.capacity = lm, rows
+        self.row = [_clone(lm) for _ in range(rows)]
+        self.eos, self.name, self.device = lm.eos, lm.name, lm.device
+
+    @property
+    def width(self) -> int:
+        return self.lm.width
+
+    @property
+    def ids(self) -> list[list[int]]:
+        return [m.ids for m in self.row]
+
+    def start(self, sources: list) -> list[int]:
+        _check_capacity(self, len(sources))
+        return [m.start(s) for m, s in zip(self.row, sources)]
+
+    def forward(self, rows: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
+        return [self.row[r].forward(t)[:, : self.width] for r, t in zip(rows, tokens, strict=True)]
+
+    def crop(self, r: int, n: int) -> None:
+        self.row[r].crop(n)
+
+
+class LeanT5Batch:
+    """A lean T5's decoder over a ragged batch of up to `rows` rows (see the module's docstring)."""
+
+    def __init__(self, lm: LM, rows: int, T: int = 128):
+        if not isinstance(getattr(lm, "impl", None), LeanT5):
+            raise TypeError(f"{lm.name}: LeanT5Batch needs a T5 on the lean engine; use batched()")
+        self.lm, self.t, self.capacity = lm, lm.impl, rows
+        self.eos, self.name, self.device = lm.eos, lm.name, lm.device
+        t = self.t
+        self.kv = torch.zeros(t.n_layers, 2, rows, t.H, T, t.dh, dtype=t.emb.dtype, device=lm.device)
+        self.ids: list[list[int]] = []
+        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (B, H, S, dh) K and V
+        self.src_mask = torch.empty(0)  # (B, S): 0 on a source token, the dtype's min on padding
+
+    @property
+    def width(self) -> int:
+        return self.lm.width
+
+    def start(self, sources: list) -> list[int]:
+        """Take B <= capacity sources (any lengths) and encode them in one padded call."""
+        _check_capacity(self, len(sources))
+        xs = check_sources(sources, self.lm.vocab)
+        S = max(x.shape[1] for x in xs)
+        src = torch.zeros(len(xs), S, dtype=torch.long, device=self.device)  # 0-padded, masked below
+        mask = torch.full((len(xs), S), torch.finfo(self.t.emb.dtype).min, device=self.device)
+        for r, x in enumerate(xs):
+            src[r, : x.shape[1]], mask[r, : x.shape[1]] = x[0], 0.0
+        self.src_mask, self.ids = mask.to(self.t.emb.dtype), [[] for _ in xs]  # as HF's padding mask
+        self._encode(src)
+        return [int(self.lm.model.config.decoder_start_token_id)] * len(xs)
+
+    @torch.inference_mode()
+    def forward(self, rows: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
+        """Logits (k_j, V) of tokens[j] run for row rows[j], all rows in one padded call."""
+        t, dev = self.t, self.device
+        if len(rows) != len(tokens) or any(not k for k in tokens):
+            raise ValueError("forward() needs one non-empty token list per row")
+        R, K = len(rows), max(map(len, tokens))
+        x = torch.zeros(R, K, dtype=torch.long)
+        for j, tk in enumerate(tokens):
+            x[j, : len(tk)] = torch.tensor(tk)
+        pos = torch.tensor([len(self.ids[r]) for r in rows])  # (R,) each row's length
+        qpos = (pos[:, None] + torch.arange(K)).to(dev)  # (R, K) positions written and queried
+        N = int(pos.max()) + K  # keys [0, N) cover every row's prefix
+        t._grow(N)
+        self._grow(N)
+        idx = torch.tensor(rows, device=dev)  # (R,)
+        bias = t.bias[:, qpos, :N].transpose(0, 1).reshape(R * t.H, K, N)  # causal mask folded in
+        cmask = self.src_mask[idx][:, None, None].expand(R, t.H, K, -1).reshape(R * t.H, K, -1)
+        h = F.embedding(x.to(dev), t.emb)  # (R, K, d)
+        for i, w in enumerate(t.dec):
+            h = self._block(h, w, bias, (i, idx, qpos, N, cmask))
+        real = torch.tensor([j * K + c for j, tk in enumerate(tokens) for c in range(len(tk))], device=dev)
+        logits = t.head(h.reshape(R * K, -1)[real])[:, : self.width]  # (sum k_j, V): padding skips the head
+        for r, tk in zip(rows, tokens):
+            self.ids[r] += tk
+        return list(logits.split([len(tk) for tk in tokens]))
+
+    def crop(self, r: int, n: int) -> None:
+        if not 0 <= n <= len(self.ids[r]):
+            raise ValueError(f"{self.name}: cannot crop row {r} to {n} tokens, it holds {len(self.ids[r])}")
+        del self.ids[r][n:]  # the cache row past n is overwritten before it is read again
+
+    # -- internals ------------------------------------------------------------------------------
+    def _encode(self, src: torch.Tensor) -> None:
+        """The encoder over src (B, S) with padded keys masked; every layer's cross K/V."""
+        t = self.t
+        B, S = src.shape
+        x = F.embedding(src, t.emb)  # (B, S, d)
+        rel = t.rel_enc.compute_bias(S, S, device=x.device)[0]  # (H, S, S)
+        bias = (rel[None] + self.src_mask[:, None, None]).reshape(B * t.H, S, S)
+        for w in t.enc:
+            x = self._block(x, w, bias, None)
+        e = rms(x, t.enc_ln, t.eps)
+        self.cross = []
+        for w in t.dec:
+            kv = F.linear(e, w["ckv"]).view(B, S, 2, t.H, t.dh).permute(2, 0, 3, 1, 4)  # (2, B, H, S, dh)
+            self.cross.append((kv[0], kv[1]))
+
+    def _block(self, x: torch.Tensor, w: dict, bias: torch.Tensor, dec) -> torch.Tensor:
+        """One T5 block on x (R, K, d); dec None: an encoder block, else (layer, rows, positions,
+        keys, cross mask) of a decoder call."""
+        t = self.t
+        R, K, H, dh = *x.shape[:2], t.H, t.dh
+        qkv = F.linear(rms(x, w["ln0"], t.eps), w["qkv"]).view(R, K, 3, H, dh)
+        q = qkv[:, :, 0].transpose(1, 2)  # (R, H, K, dh)
+        if dec is None:
+            k, v = qkv[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)  # (R, H, K, dh)
+        else:
+            i, idx, qpos, N, cmask = dec
+            c = self.kv[i]  # (2, B, H, T, dh)
+            c[0][idx[:, None], :, qpos] = qkv[:, :, 1]  # row j's keys at qpos[j]: (R, K, H, dh)
+            c[1][idx[:, None], :, qpos] = qkv[:, :, 2]
+            k, v = c[0][idx, :, :N], c[1][idx, :, :N]  # (R, H, N, dh)
+        x = x + F.linear(_attend(q, k, v, bias).transpose(1, 2).reshape(R, K, H * dh), w["o"])
+        if dec is not None:  # cross-attention over each row's source, padding masked
+            q = F.linear(rms(x, w["ln1"], t.eps), w["cq"]).view(R, K, H, dh).transpose(1, 2)
+            ck, cv = self.cross[i]
+            a = _attend(q, ck[idx], cv[idx], cmask)
+            x = x + F.linear(a.transpose(1, 2).reshape(R, K, H * dh), w["co"])
+        h = rms(x, w["lnf"], t.eps)
+        h = t.act(F.linear(h, w["wi0"])) * F.linear(h, w["wi1"]) if t.gated else t.act(F.linear(h, w["wi"]))
+        return x + F.linear(h, w["wo"])
+
+    def _grow(self, n: int) -> None:
+        """The cache holds n positions per row (doubling; existing entries copied once)."""
+        T = self.kv.shape[4]
+        if n > T:
+            grown = self.kv.new_zeros(*self.kv.shape[:4], 2 * n, self.kv.shape[5])
+            grown[..., :T, :] = self.kv
+            self.kv = grown
+
+
+def _attend(q, k, v, bias) -> torch.Tensor:
+    """softmax(q k^T + bias) v for q (R, H, K, dh), k and v (R, H, N, dh), bias (R*H, K, N); the
+    same three ops as lean_common.attend, over R*H matrices (softmax in fp32)."""
+    R, H, K, dh = q.shape
+    s = torch.baddbmm(bias, q.reshape(R * H, K, dh), k.reshape(R * H, -1, dh).transpose(1, 2))
+    a = torch.softmax(s, -1, dtype=torch.float32).to(v.dtype) @ v.reshape(R * H, -1, dh)
+    return a.view(R, H, K, dh)
+
+
+def batched(lm, rows: int):
+    """A batch model of `rows` rows over lm: LeanT5Batch for a T5 on the lean engine (one call per
+    step for all rows), Looped otherwise (hf engine, decoder-only, fakes: one call per row)."""
+    if isinstance(getattr(lm, "impl", None), LeanT5):
+        return LeanT5Batch(lm, rows)
+    return Looped(lm, rows)
+
+
+def _check_capacity(m, n: int) -> None:
+    if n > m.capacity:
+        raise ValueError(f"{m.name}: a batch of {n} sources, but this batch model was made for "
+                         f"{m.capacity} rows (make it with rows >= {n})")  # fmt: skip
+
+
+def _clone(lm):
+    """A second batch-1 model on lm's weights with its own cache."""
+    if isinstance(lm, LM):
+        return LM(lm.model, lm.tok, lm.name, lm.engine)  # a new engine object, the same weights
+    c = copy.copy(lm)  # a fake (tutorial.fakes): its state is ids and source
+    c.ids, c.source = [], None
+    return c
