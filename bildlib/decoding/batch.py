@@ -28,6 +28,7 @@ from bildlib.decoding.trace import Trace
 from bildlib.models.batch import batched, check_sources
 from bildlib.models.lm import check_pair
 
+SCHEDULES = ("wait", "eager")
 GREEDY = Policy(None, torch.device("cpu"))  # first_rollback reads only .greedy
 
 
@@ -150,10 +151,18 @@ def _setup(small, large, sources, rows_cap, pair: bool):
 
 
 @torch.inference_mode()
-def bild_batch(small, large, sources: list, max_new_tokens: int = 128, **settings) -> tuple[list[list[int]], BatchTrace]:
+def bild_batch(
+    small, large, sources: list, max_new_tokens: int = 128, schedule: str = "wait", **settings
+) -> tuple[list[list[int]], BatchTrace]:
     """decoding.bild over a batch of sources (a list of id lists, any lengths); settings as bild's
     (fallback, rollback, max_small_steps, window, distance, verify_end, rules, verify_end_below;
-    greedy only). Returns (one output per source, BatchTrace)."""
+    greedy only). Returns (one output per source, BatchTrace).
+    schedule: when the large model runs. "wait": only once no row wants the small model, so one
+        large call serves every row that fell back, hit the limit or checks its end (fewer,
+        fuller large calls); "eager": in every round where some row needs it (no row waits).
+        Either way each row's output is the same; only the calls' grouping differs."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if settings.get("sampling") is not None:
         raise ValueError("sampling: bild_batch is greedy only; decode sampled rows with decoding.bild")
     s = BildSettings(max_new_tokens=max_new_tokens, **settings)
@@ -172,7 +181,7 @@ def bild_batch(small, large, sources: list, max_new_tokens: int = 128, **setting
             for j, pj, yj in zip(todo, p, y):
                 rows[j].small(pj, int(yj))
         todo = [j for j, w in enumerate(wants) if w == "L"] + [j for j in todo if rows[j].fell]
-        if todo:  # one large call for every row that falls back, hits the limit or checks its end
+        if todo and (schedule == "eager" or "S" not in wants):  # one large call for every row that falls back, hits the limit or checks its end
             first = {j: len(L.ids[j]) + 1 for j in todo}
             for j, lg in zip(todo, _call(bt, "L", L, rows, todo)):
                 rows[j].large(lg, first[j], (_RowView(S, j), _RowView(L, j)))
@@ -192,4 +201,55 @@ def vanilla_batch(model, sources: list, max_new_tokens: int = 128) -> tuple[list
         last = torch.stack([lg[-1] for lg in _call(bt, "S", M, rows, todo)])  # (R, V)
         for j, y in zip(todo, last.argmax(-1).tolist()):
             rows[j].tr.emit(rows[j].seq, y, "S")
+    return [r.seq[1:] for r in rows], bt
+
+
+class _Spec:
+    """One row of greedy speculative_sampling: `q` drafts since the large model last ran."""
+
+    def __init__(self, window: int, bos: int, eos: int, max_new_tokens: int):
+        self.window, self.eos, self.n, self.tr = window, eos, max_new_tokens, Trace()
+        self.seq, self.q = [bos], 0
+
+    def want(self) -> str | None:
+        if not finished(self.seq, self.eos, self.n) and self.q < self.window:
+            return "S"
+        return "L" if self.q else None
+
+    def large(self, logits: torch.Tensor, models) -> None:
+        """logits (k, V) of the large call; the last q + 1 rows score the drafts and past them."""
+        k, self.q = self.q, 0
+        y = logits[-(k + 1) :].argmax(-1).tolist()  # the large model's token at each draft and after
+        draft = self.seq[len(self.seq) - k :]
+        n = next((i for i in range(k) if draft[i] != y[i]), k)  # drafts accepted
+        self.tr.rollbacks += n < k
+        self.tr.rewind(self.seq, len(self.seq) - k + n, *models)
+        if n < k or not finished(self.seq, self.eos, self.n):  # no bonus token after EOS
+            self.tr.emit(self.seq, y[n], "L")
+
+
+@torch.inference_mode()
+def speculative_batch(
+    small, large, sources: list, window: int = 4, max_new_tokens: int = 128
+) -> tuple[list[list[int]], BatchTrace]:
+    """Greedy speculative decoding (speculative_sampling at temperature 0: the large model's
+    greedy output) over a batch: every row drafts up to `window` tokens, then one large call
+    checks every row's drafts (rows drafting EOS early wait for the others)."""
+    check_count("max_new_tokens", max_new_tokens)
+    check_count("window", window)
+    xs, (S, L) = _setup(small, large, sources, None, pair=True)
+    bos = S.start(xs)
+    L.start(xs)
+    rows = [_Spec(window, b, small.eos, max_new_tokens) for b in bos]
+    bt = BatchTrace([r.tr for r in rows])
+    while any(wants := [r.want() for r in rows]):
+        if todo := [j for j, w in enumerate(wants) if w == "S"]:
+            last = torch.stack([lg[-1] for lg in _call(bt, "S", S, rows, todo)])  # (R, V)
+            for j, y in zip(todo, last.argmax(-1).tolist()):
+                rows[j].tr.emit(rows[j].seq, y, "S")
+                rows[j].tr.drafted += 1
+                rows[j].q += 1
+        elif todo := [j for j, w in enumerate(wants) if w == "L"]:
+            for j, lg in zip(todo, _call(bt, "L", L, rows, todo)):
+                rows[j].large(lg, (_RowView(S, j), _RowView(L, j)))
     return [r.seq[1:] for r in rows], bt

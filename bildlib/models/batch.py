@@ -61,7 +61,8 @@ class Looped:
 
     def start(self, sources: list) -> list[int]:
         _check_capacity(self, len(sources))
-        return [m.start(s) for m, s in zip(self.row, sources)]
+        xs = [s[0].tolist() if isinstance(s, torch.Tensor) else s for s in sources]  # as bild passes them
+        return [m.start(x) for m, x in zip(self.row, xs)]
 
     def forward(self, rows: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
         return [self.row[r].forward(t)[:, : self.width] for r, t in zip(rows, tokens, strict=True)]
@@ -207,9 +208,11 @@ def _check_capacity(m, n: int) -> None:
 
 
 def _clone(lm):
-    """A second batch-1 model on lm's weights with its own cache."""
+    """A second batch-1 model on lm's weights with its own cache (lm.clone() where it has one)."""
     if isinstance(lm, LM):
         return LM(lm.model, lm.tok, lm.name, lm.engine)  # a new engine object, the same weights
+    if hasattr(lm, "clone"):
+        return lm.clone()
     c = copy.copy(lm)  # a fake (tutorial.fakes): its state is ids and source
     c.ids, c.source = [], None
     return c
