@@ -60,7 +60,7 @@ def test_fake_rows_equal_bild_alone(kw):
     srcs = [[2], [4], [3], [5], [2], [4, 7]]
     outs, bt = bild_batch(small, large, srcs, max_new_tokens=16, **kw)
     assert isinstance(small._batch, Looped)
-    for src, out, tr in zip(srcs, outs, bt.rows):
+    for src, out, tr in zip(srcs, outs, bt.rows, strict=True):
         ref, rtr = D.bild(small, large, src, max_new_tokens=16, **kw)
         assert out == ref and tr.source == rtr.source
         assert (tr.rollbacks, tr.fallbacks, tr.drafted) == (rtr.rollbacks, rtr.fallbacks, rtr.drafted)
@@ -85,7 +85,7 @@ def test_ragged_engine_logits_equal_batch_1_at_every_call_and_crop(t5_pair):
     srcs = [[5, 6, 1], list(range(3, 40)) + [1], [7, 1], [9] * 12 + [1]]
     b = LeanT5Batch(large, 4)
     ones = [LM(large.model, large.tok, "one", "lean") for _ in srcs]
-    assert b.start(srcs) == [m.start(s) for m, s in zip(ones, srcs)]
+    assert b.start(srcs) == [m.start(s) for m, s in zip(ones, srcs, strict=True)]
     calls = [([0, 1, 2, 3], [[0]] * 4), ([1, 3], [[5, 6, 7], [8]]), (1, 2), ([0, 1], [[9, 9], [4]]),
              ([2], [list(range(3, 30)) * 5]), (2, 60), ([3, 2, 0], [[4] * 9, [5], [6, 7]])]  # fmt: skip
     for rows, tokens in calls:
@@ -94,7 +94,7 @@ def test_ragged_engine_logits_equal_batch_1_at_every_call_and_crop(t5_pair):
             ones[rows].crop(tokens)
             continue
         got = b.forward(rows, tokens)
-        for r, t, g in zip(rows, tokens, got):
+        for r, t, g in zip(rows, tokens, got, strict=True):
             torch.testing.assert_close(g, ones[r].forward(t)[:, : large.width], rtol=1e-4, atol=1e-4)
     assert b.ids == [m.ids for m in ones]
 
@@ -147,7 +147,9 @@ def test_shipped_pair_rows_at_batch_8(shipped):  # noqa: F811
     small, large, srcs = shipped
     srcs = srcs[:24]
     for kw in (dict(fallback=0.5, rollback=1.0, distance="exact"), dict(fallback=0.5, rollback=3.0)):
-        outs = sum((bild_batch(small, large, srcs[i : i + 8], max_new_tokens=64, **kw)[0] for i in (0, 8, 16)), [])
+        outs = sum(
+            (bild_batch(small, large, srcs[i : i + 8], max_new_tokens=64, **kw)[0] for i in (0, 8, 16)), []
+        )
         assert outs == [D.bild(small, large, s, max_new_tokens=64, **kw)[0] for s in srcs]
 
 

@@ -48,7 +48,8 @@ class BatchTrace:
         """Flat numbers for a results table: the batch's calls, rows per call, seconds."""
         n = lambda xs: sum(xs) / max(len(xs), 1)  # noqa: E731
         return {
-            "batch": len(self.rows), "small_calls": len(self.small_times), "large_calls": len(self.large_times),
+            "batch": len(self.rows), "small_calls": len(self.small_times),
+            "large_calls": len(self.large_times),
             "small_rows_per_call": n(self.small_rows), "large_rows_per_call": n(self.large_rows),
             "large_padded_tokens": sum(self.large_padded), "small_s": sum(self.small_times),
             "large_s": sum(self.large_times),
@@ -130,18 +131,17 @@ def _call(bt: BatchTrace, who: str, m, rows: list, todo: list[int]) -> list[torc
     (bt.small_rows if who == "S" else bt.large_rows).append(len(todo))
     if who == "L":
         bt.large_padded.append(len(todo) * max(map(len, tokens)))
-    for j, tk in zip(todo, tokens):
+    for j, tk in zip(todo, tokens, strict=True):
         rows[j].tr.record(who, len(tk), dt)
     return out
 
 
-def _setup(small, large, sources, rows_cap, pair: bool):
+def _setup(small, large, sources, pair: bool):
     """Checked sources and the two batch models (cached on the LMs, rebuilt when too small)."""
     if pair:
         check_pair(small, large)
     xs = check_sources(sources, getattr(small, "vocab", None) or small.width)
-    b = max(len(xs), rows_cap or 0)
-    ms = []
+    b, ms = len(xs), []
     for lm in (small, large) if pair else (small,):
         m = getattr(lm, "_batch", None)
         if m is None or m.capacity < b:
@@ -166,7 +166,7 @@ def bild_batch(
     if settings.get("sampling") is not None:
         raise ValueError("sampling: bild_batch is greedy only; decode sampled rows with decoding.bild")
     s = BildSettings(max_new_tokens=max_new_tokens, **settings)
-    xs, (S, L) = _setup(small, large, sources, None, pair=True)
+    xs, (S, L) = _setup(small, large, sources, pair=True)
     bos = S.start(xs)
     L.start(xs)
     rows = [_Bild(s, b, small.eos) for b in bos]
@@ -178,12 +178,13 @@ def bild_batch(
             last = torch.stack([lg[-1] for lg in _call(bt, "S", S, rows, todo)])  # (R, V)
             p, y = kernels.max_prob(last)
             p, y = torch.stack((p, y.to(p.dtype))).tolist()  # one host sync for the batch
-            for j, pj, yj in zip(todo, p, y):
+            for j, pj, yj in zip(todo, p, y, strict=True):
                 rows[j].small(pj, int(yj))
+        # one large call for every row that fell back, hit the limit or checks its end
         todo = [j for j, w in enumerate(wants) if w == "L"] + [j for j in todo if rows[j].fell]
-        if todo and (schedule == "eager" or "S" not in wants):  # one large call for every row that falls back, hits the limit or checks its end
+        if todo and (schedule == "eager" or "S" not in wants):
             first = {j: len(L.ids[j]) + 1 for j in todo}
-            for j, lg in zip(todo, _call(bt, "L", L, rows, todo)):
+            for j, lg in zip(todo, _call(bt, "L", L, rows, todo), strict=True):
                 rows[j].large(lg, first[j], (_RowView(S, j), _RowView(L, j)))
         if not any(w for w in wants):
             break
@@ -194,12 +195,12 @@ def bild_batch(
 def vanilla_batch(model, sources: list, max_new_tokens: int = 128) -> tuple[list[list[int]], BatchTrace]:
     """Greedy decoding of a batch with one model; a finished row leaves the batch."""
     check_count("max_new_tokens", max_new_tokens)
-    xs, (M,) = _setup(model, None, sources, None, pair=False)
+    xs, (M,) = _setup(model, None, sources, pair=False)
     rows = [_Bild(BildSettings(max_new_tokens=max_new_tokens), b, model.eos) for b in M.start(xs)]
     bt = BatchTrace([r.tr for r in rows])
     while todo := [j for j, r in enumerate(rows) if not finished(r.seq, model.eos, max_new_tokens)]:
         last = torch.stack([lg[-1] for lg in _call(bt, "S", M, rows, todo)])  # (R, V)
-        for j, y in zip(todo, last.argmax(-1).tolist()):
+        for j, y in zip(todo, last.argmax(-1).tolist(), strict=True):
             rows[j].tr.emit(rows[j].seq, y, "S")
     return [r.seq[1:] for r in rows], bt
 
@@ -237,7 +238,7 @@ def speculative_batch(
     checks every row's drafts (rows drafting EOS early wait for the others)."""
     check_count("max_new_tokens", max_new_tokens)
     check_count("window", window)
-    xs, (S, L) = _setup(small, large, sources, None, pair=True)
+    xs, (S, L) = _setup(small, large, sources, pair=True)
     bos = S.start(xs)
     L.start(xs)
     rows = [_Spec(window, b, small.eos, max_new_tokens) for b in bos]
@@ -245,11 +246,11 @@ def speculative_batch(
     while any(wants := [r.want() for r in rows]):
         if todo := [j for j, w in enumerate(wants) if w == "S"]:
             last = torch.stack([lg[-1] for lg in _call(bt, "S", S, rows, todo)])  # (R, V)
-            for j, y in zip(todo, last.argmax(-1).tolist()):
+            for j, y in zip(todo, last.argmax(-1).tolist(), strict=True):
                 rows[j].tr.emit(rows[j].seq, y, "S")
                 rows[j].tr.drafted += 1
                 rows[j].q += 1
         elif todo := [j for j, w in enumerate(wants) if w == "L"]:
-            for j, lg in zip(todo, _call(bt, "L", L, rows, todo)):
+            for j, lg in zip(todo, _call(bt, "L", L, rows, todo), strict=True):
                 rows[j].large(lg, (_RowView(S, j), _RowView(L, j)))
     return [r.seq[1:] for r in rows], bt

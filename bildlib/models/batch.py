@@ -62,7 +62,7 @@ class Looped:
     def start(self, sources: list) -> list[int]:
         _check_capacity(self, len(sources))
         xs = [s[0].tolist() if isinstance(s, torch.Tensor) else s for s in sources]  # as bild passes them
-        return [m.start(x) for m, x in zip(self.row, xs)]
+        return [m.start(x) for m, x in zip(self.row, xs, strict=True)]
 
     def forward(self, rows: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
         return [self.row[r].forward(t)[:, : self.width] for r, t in zip(rows, tokens, strict=True)]
@@ -125,7 +125,7 @@ class LeanT5Batch:
             h = self._block(h, w, bias, (i, idx, qpos, N, cmask))
         real = torch.tensor([j * K + c for j, tk in enumerate(tokens) for c in range(len(tk))], device=dev)
         logits = t.head(h.reshape(R * K, -1)[real])[:, : self.width]  # (sum k_j, V): padding skips the head
-        for r, tk in zip(rows, tokens):
+        for r, tk in zip(rows, tokens, strict=True):
             self.ids[r] += tk
         return list(logits.split([len(tk) for tk in tokens]))
 
