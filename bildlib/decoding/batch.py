@@ -38,6 +38,7 @@ class BatchTrace:
     calls themselves: wall time, rows and padded tokens (rows x longest) of each."""
 
     rows: list[Trace]
+    start_s: float = 0.0  # the models' start(): the encoders over the padded sources
     small_times: list[float] = field(default_factory=list)
     large_times: list[float] = field(default_factory=list)
     small_rows: list[int] = field(default_factory=list)
@@ -51,7 +52,8 @@ class BatchTrace:
             "batch": len(self.rows), "small_calls": len(self.small_times),
             "large_calls": len(self.large_times),
             "small_rows_per_call": n(self.small_rows), "large_rows_per_call": n(self.large_rows),
-            "large_padded_tokens": sum(self.large_padded), "small_s": sum(self.small_times),
+            "large_padded_tokens": sum(self.large_padded), "start_s": self.start_s,
+            "small_s": sum(self.small_times),
             "large_s": sum(self.large_times),
         }  # fmt: skip
 
@@ -136,6 +138,15 @@ def _call(bt: BatchTrace, who: str, m, rows: list, todo: list[int]) -> list[torc
     return out
 
 
+def _start(models, xs: list) -> tuple[list[int], float]:
+    """Every model's start() on the sources: (bos per row, seconds)."""
+    t0 = time.perf_counter()
+    bos = [m.start(xs) for m in models][0]
+    if models[0].device.type == "cuda":
+        torch.cuda.synchronize()
+    return bos, time.perf_counter() - t0
+
+
 def _setup(small, large, sources, pair: bool):
     """Checked sources and the two batch models (cached on the LMs, rebuilt when too small)."""
     if pair:
@@ -167,10 +178,9 @@ def bild_batch(
         raise ValueError("sampling: bild_batch is greedy only; decode sampled rows with decoding.bild")
     s = BildSettings(max_new_tokens=max_new_tokens, **settings)
     xs, (S, L) = _setup(small, large, sources, pair=True)
-    bos = S.start(xs)
-    L.start(xs)
+    bos, t = _start((S, L), xs)
     rows = [_Bild(s, b, small.eos) for b in bos]
-    bt = BatchTrace([r.tr for r in rows])
+    bt = BatchTrace([r.tr for r in rows], t)
     while True:
         wants = [r.want() for r in rows]
         todo = [j for j, w in enumerate(wants) if w == "S"]
@@ -196,8 +206,9 @@ def vanilla_batch(model, sources: list, max_new_tokens: int = 128) -> tuple[list
     """Greedy decoding of a batch with one model; a finished row leaves the batch."""
     check_count("max_new_tokens", max_new_tokens)
     xs, (M,) = _setup(model, None, sources, pair=False)
-    rows = [_Bild(BildSettings(max_new_tokens=max_new_tokens), b, model.eos) for b in M.start(xs)]
-    bt = BatchTrace([r.tr for r in rows])
+    bos, t = _start((M,), xs)
+    rows = [_Bild(BildSettings(max_new_tokens=max_new_tokens), b, model.eos) for b in bos]
+    bt = BatchTrace([r.tr for r in rows], t)
     while todo := [j for j, r in enumerate(rows) if not finished(r.seq, model.eos, max_new_tokens)]:
         last = torch.stack([lg[-1] for lg in _call(bt, "S", M, rows, todo)])  # (R, V)
         for j, y in zip(todo, last.argmax(-1).tolist(), strict=True):
@@ -239,10 +250,9 @@ def speculative_batch(
     check_count("max_new_tokens", max_new_tokens)
     check_count("window", window)
     xs, (S, L) = _setup(small, large, sources, pair=True)
-    bos = S.start(xs)
-    L.start(xs)
+    bos, t = _start((S, L), xs)
     rows = [_Spec(window, b, small.eos, max_new_tokens) for b in bos]
-    bt = BatchTrace([r.tr for r in rows])
+    bt = BatchTrace([r.tr for r in rows], t)
     while any(wants := [r.want() for r in rows]):
         if todo := [j for j, w in enumerate(wants) if w == "S"]:
             last = torch.stack([lg[-1] for lg in _call(bt, "S", S, rows, todo)])  # (R, V)

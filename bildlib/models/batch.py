@@ -19,6 +19,7 @@ engine is tested against, and the path of every architecture the batched engine 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -104,27 +105,29 @@ class LeanT5Batch:
 
     @torch.inference_mode()
     def forward(self, rows: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
-        """Logits (k_j, V) of tokens[j] run for row rows[j], all rows in one padded call."""
+        """Logits (k_j, V) of tokens[j] run for row rows[j], all rows in one call. The projections
+        and feed-forwards run on the sum k_j real tokens, packed; only attention pads them to
+        (R, K) slots, K = max k_j."""
         t, dev = self.t, self.device
         if len(rows) != len(tokens) or any(not k for k in tokens):
             raise ValueError("forward() needs one non-empty token list per row")
         R, K = len(rows), max(map(len, tokens))
-        x = torch.zeros(R, K, dtype=torch.long)
-        for j, tk in enumerate(tokens):
-            x[j, : len(tk)] = torch.tensor(tk)
-        pos = torch.tensor([len(self.ids[r]) for r in rows])  # (R,) each row's length
-        qpos = (pos[:, None] + torch.arange(K)).to(dev)  # (R, K) positions written and queried
-        N = int(pos.max()) + K  # keys [0, N) cover every row's prefix
+        pos = [len(self.ids[r]) for r in rows]  # each row's length: its tokens go at [pos, pos + k)
+        N = max(pos) + K  # keys [0, N) cover every row's prefix and this call
+        flat = [(x, r, p + c, j * K + c) for j, (r, p, tk) in enumerate(zip(rows, pos, tokens, strict=True))
+                for c, x in enumerate(tk)]  # fmt: skip
+        x, row, at, slot = torch.tensor(flat, device=dev).T  # (n,) each: token, cache row, position, slot
         t._grow(N)
         self._grow(N)
         idx = torch.tensor(rows, device=dev)  # (R,)
-        bias = t.bias[:, qpos, :N].transpose(0, 1).reshape(R * t.H, K, N)  # causal mask folded in
+        qpos = torch.tensor(pos, device=dev)[:, None] + torch.arange(K, device=dev)  # (R, K)
+        bias = t.bias[:, qpos, :N].transpose(0, 1).reshape(R * t.H, K, N)  # the causal mask folded in
         cmask = self.src_mask[idx][:, None, None].expand(R, t.H, K, -1).reshape(R * t.H, K, -1)
-        h = F.embedding(x.to(dev), t.emb)  # (R, K, d)
+        call = _Call(R, K, slot, idx, row, at, N, bias, cmask)
+        h = F.embedding(x, t.emb)  # (n, d)
         for i, w in enumerate(t.dec):
-            h = self._block(h, w, bias, (i, idx, qpos, N, cmask))
-        real = torch.tensor([j * K + c for j, tk in enumerate(tokens) for c in range(len(tk))], device=dev)
-        logits = t.head(h.reshape(R * K, -1)[real])[:, : self.width]  # (sum k_j, V): padding skips the head
+            h = self._block(h, w, call, i)
+        logits = t.head(h)[:, : self.width]  # (n, V)
         for r, tk in zip(rows, tokens, strict=True):
             self.ids[r] += tk
         return list(logits.split([len(tk) for tk in tokens]))
@@ -139,38 +142,35 @@ class LeanT5Batch:
         """The encoder over src (B, S) with padded keys masked; every layer's cross K/V."""
         t = self.t
         B, S = src.shape
-        x = F.embedding(src, t.emb)  # (B, S, d)
+        x = F.embedding(src.reshape(-1), t.emb)  # (B * S, d): every slot a token, padding masked as keys
         rel = t.rel_enc.compute_bias(S, S, device=x.device)[0]  # (H, S, S)
-        bias = (rel[None] + self.src_mask[:, None, None]).reshape(B * t.H, S, S)
+        bias = (rel[None] + self.src_mask[:, None, None]).reshape(B * t.H, S, S)  # padded keys masked
+        c = _Call(B, S, None, None, None, None, S, bias)
         for w in t.enc:
-            x = self._block(x, w, bias, None)
-        e = rms(x, t.enc_ln, t.eps)
+            x = self._block(x, w, c, None)
+        e = rms(x, t.enc_ln, t.eps).view(B, S, -1)
         self.cross = []
         for w in t.dec:
             kv = F.linear(e, w["ckv"]).view(B, S, 2, t.H, t.dh).permute(2, 0, 3, 1, 4)  # (2, B, H, S, dh)
             self.cross.append((kv[0], kv[1]))
 
-    def _block(self, x: torch.Tensor, w: dict, bias: torch.Tensor, dec) -> torch.Tensor:
-        """One T5 block on x (R, K, d); dec None: an encoder block, else (layer, rows, positions,
-        keys, cross mask) of a decoder call."""
+    def _block(self, x: torch.Tensor, w: dict, c: _Call, i: int | None) -> torch.Tensor:
+        """One T5 block on x (n, d), the tokens of call c packed; i None: an encoder block (c's
+        slots are every position), else decoder layer i (its cache written, cross-attention)."""
         t = self.t
-        R, K, H, dh = *x.shape[:2], t.H, t.dh
-        qkv = F.linear(rms(x, w["ln0"], t.eps), w["qkv"]).view(R, K, 3, H, dh)
-        q = qkv[:, :, 0].transpose(1, 2)  # (R, H, K, dh)
-        if dec is None:
-            k, v = qkv[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)  # (R, H, K, dh)
+        n, H, dh = x.shape[0], t.H, t.dh
+        qkv = F.linear(rms(x, w["ln0"], t.eps), w["qkv"]).view(n, 3, H, dh)
+        if i is None:
+            k, v = (c.pad(qkv[:, m]) for m in (1, 2))  # (R, H, K, dh)
         else:
-            i, idx, qpos, N, cmask = dec
-            c = self.kv[i]  # (2, B, H, T, dh)
-            c[0][idx[:, None], :, qpos] = qkv[:, :, 1]  # row j's keys at qpos[j]: (R, K, H, dh)
-            c[1][idx[:, None], :, qpos] = qkv[:, :, 2]
-            k, v = c[0][idx, :, :N], c[1][idx, :, :N]  # (R, H, N, dh)
-        x = x + F.linear(_attend(q, k, v, bias).transpose(1, 2).reshape(R, K, H * dh), w["o"])
-        if dec is not None:  # cross-attention over each row's source, padding masked
-            q = F.linear(rms(x, w["ln1"], t.eps), w["cq"]).view(R, K, H, dh).transpose(1, 2)
+            kv = self.kv[i]  # (2, B, H, T, dh)
+            kv[0][c.row, :, c.at], kv[1][c.row, :, c.at] = qkv[:, 1], qkv[:, 2]  # (n, H, dh) each
+            k, v = kv[0][c.idx, :, : c.N], kv[1][c.idx, :, : c.N]  # (R, H, N, dh)
+        x = x + F.linear(c.unpad(_attend(c.pad(qkv[:, 0]), k, v, c.bias)), w["o"])
+        if i is not None:  # cross-attention over each row's source, its padding masked
+            q = F.linear(rms(x, w["ln1"], t.eps), w["cq"]).view(n, H, dh)
             ck, cv = self.cross[i]
-            a = _attend(q, ck[idx], cv[idx], cmask)
-            x = x + F.linear(a.transpose(1, 2).reshape(R, K, H * dh), w["co"])
+            x = x + F.linear(c.unpad(_attend(c.pad(q), ck[c.idx], cv[c.idx], c.cmask)), w["co"])
         h = rms(x, w["lnf"], t.eps)
         h = t.act(F.linear(h, w["wi0"])) * F.linear(h, w["wi1"]) if t.gated else t.act(F.linear(h, w["wi"]))
         return x + F.linear(h, w["wo"])
@@ -182,6 +182,35 @@ class LeanT5Batch:
             grown = self.kv.new_zeros(*self.kv.shape[:4], 2 * n, self.kv.shape[5])
             grown[..., :T, :] = self.kv
             self.kv = grown
+
+
+@dataclass
+class _Call:
+    """One call's layout: R rows of up to K tokens; token m of the packed (n, ...) tensors sits
+    in slot[m] of the (R * K) padded ones (slot None: no padding, n = R * K), belongs to cache row
+    row[m] at position at[m]; rows idx (R,) read keys [0, N); bias (R * H, K, N) self-attention,
+    cmask (R * H, K, S) cross-attention."""
+
+    R: int
+    K: int
+    slot: torch.Tensor | None
+    idx: torch.Tensor | None
+    row: torch.Tensor | None
+    at: torch.Tensor | None
+    N: int
+    bias: torch.Tensor
+    cmask: torch.Tensor | None = None
+
+    def pad(self, y: torch.Tensor) -> torch.Tensor:
+        """(n, H, dh) packed -> (R, H, K, dh), zeros in the padding slots."""
+        if self.slot is not None:
+            y = y.new_zeros(self.R * self.K, *y.shape[1:]).index_copy_(0, self.slot, y)
+        return y.view(self.R, self.K, *y.shape[1:]).transpose(1, 2)
+
+    def unpad(self, a: torch.Tensor) -> torch.Tensor:
+        """(R, H, K, dh) -> (n, H * dh), the padding slots dropped."""
+        a = a.transpose(1, 2).reshape(self.R * self.K, -1)
+        return a if self.slot is None else a[self.slot]
 
 
 def _attend(q, k, v, bias) -> torch.Tensor:
