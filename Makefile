@@ -13,7 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -108,6 +108,13 @@ bench-grid: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir $(BENCH_OUT) $(BENCH_GRID) \
 	  notebooks/fig4.ipynb build/notebooks/bench-grid.ipynb
+
+# Batch > 1 (docs/batching.md): every row of all of val at batch 8 against the batch-1 decoders
+# (float32), then sentences per second at batch 1-32 on the first 512 val sentences, into
+# figures/batch/ (about 3 + 15 min on 2 CPU cores; an interrupted run resumes per batch size).
+bench-batch: $(STAMP)
+	$(BIN)/python -m bildlib.batchbench --check
+	$(BIN)/python -m bildlib.batchbench
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

@@ -10,7 +10,8 @@ summed chunk times; the speedup against batched vanilla large at the same B is a
 sums over the same chunks, with a 95 % paired bootstrap interval over chunks. The decoders:
 vanilla large (batched and one sentence at a time), BiLD lossless and the best BiLD within
 0.5 BLEU (their settings read from the committed float32 `make bench` run, bench.targets;
-batched and, for the best, one sentence at a time) and greedy speculative decoding (batched).
+batched and, for the best, also with schedule="eager" and one sentence at a time) and greedy
+speculative decoding (batched).
 Every batched row is also compared with its batch-1 decoder's output (`equal`).
 
 The per-call breakdown: calls and rows per call, ms per call, and the time outside the calls
@@ -71,6 +72,7 @@ def decoders(small, large, s: dict) -> dict:
         "vanilla large": (True, lambda xs: vanilla_batch(large, xs)),
         "BiLD lossless": (True, lambda xs: bild_batch(small, large, xs, **s["lossless"])),
         "BiLD best": (True, lambda xs: bild_batch(small, large, xs, **s["best"])),
+        "BiLD best, eager": (True, lambda xs: bild_batch(small, large, xs, schedule="eager", **s["best"])),
         "speculative": (True, lambda xs: speculative_batch(small, large, xs, window=4)),
         "vanilla large, per sentence": (False, one(lambda x: D.vanilla(large, x))),
         "BiLD best, per sentence": (False, one(lambda x: D.bild(small, large, x, **s["best"]))),
@@ -80,7 +82,7 @@ def decoders(small, large, s: dict) -> dict:
 # what each decoder's output must equal: its batch-1 decoder (lossless and speculative: large greedy)
 V1 = "vanilla large, per sentence"
 REFERENCE = {"vanilla large": V1, "BiLD lossless": V1, "speculative": V1}
-REFERENCE["BiLD best"] = "BiLD best, per sentence"
+REFERENCE["BiLD best"] = REFERENCE["BiLD best, eager"] = "BiLD best, per sentence"
 
 
 def measure(small, large, srcs: list, refs: list[str], B: int, s: dict) -> list[dict]:
@@ -202,3 +204,89 @@ def _write(path: Path, obj) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- README and docs blocks (bildlib.report), from the committed files --------------------------
+SHOWN = ["vanilla large", "BiLD lossless", "BiLD best", "speculative"]
+
+
+def _run_line(j: dict) -> str:
+    m = j["machine"]
+    return (f"n = {j['n']} val sentences, {j['dtype']}, {m['device'].split()[0]} {m['device'].split()[1]} "
+            f"({j['threads']} threads), `{j['command']}`")  # fmt: skip
+
+
+def _fmt(r: pd.Series) -> str:
+    return f"{r['sentences_per_s']:.1f} ({r['speedup']:.2f}× [{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}])"
+
+
+def block(root: Path = REPO_ROOT) -> str:
+    """README: sentences per second per batch size, each with its speedup over batched vanilla
+    large at the same batch size [95 %], and what the table says."""
+    from bildlib.report import _json, _table
+
+    t, j = pd.read_csv(root / OUT / "throughput.csv"), _json(root, f"{OUT}/throughput.json")
+    rows = []
+    for B, g in t.groupby("batch"):
+        g = g.set_index("decoder")
+        rows.append([str(B)] + [f"{g.loc['vanilla large', 'sentences_per_s']:.1f}"]
+                    + [_fmt(g.loc[k]) for k in SHOWN[1:]]
+                    + [f"{g.loc['BiLD best, per sentence', 'sentences_per_s']:.1f}"])  # fmt: skip
+    best = t[t["decoder"] == "BiLD best"].set_index("batch")
+    wins = [int(B) for B, r in best.iterrows() if B > 1 and r["speedup_lo"] > 1]
+    van = t[t["decoder"] == "vanilla large"].set_index("batch")["sentences_per_s"]
+    s = j["settings"]
+    text = (f"*{_run_line(j)}.* Sentences per second, and in brackets the speedup over batched vanilla "
+            f"large at the same batch size [95 %, bootstrap over chunks]. "
+            f"Lossless: `{_kw(s['lossless'])}`; "
+            f"best within 0.5 BLEU: `{_kw(s['best'])}` (from the float32 `make bench` run).")  # fmt: skip
+    verdict = (f"Batched BiLD (best) beats batched vanilla large, its interval above 1, at batch "
+               f"{', '.join(map(str, wins))}" if wins else
+               "Batched BiLD (best) never beats batched vanilla large, its interval above 1")  # fmt: skip
+    verdict += (f"; its speedup falls from {best.loc[1, 'speedup']:.2f}× at batch 1 to "
+                f"{best['speedup'].iloc[-1]:.2f}× at batch {best.index[-1]}. Vanilla large's throughput "
+                f"peaks "
+                f"at batch {int(van.idxmax())} ({van.max():.1f} sentences/s).")  # fmt: skip
+    head = ["batch", "vanilla large", "BiLD lossless", "BiLD best", "speculative (greedy, 4)",
+            "BiLD best, one at a time"]  # fmt: skip
+    return "\n".join([text, "", _table(head, rows), "", verdict])
+
+
+def detail_block(root: Path = REPO_ROOT) -> str:
+    """docs/batching.md: the per-call breakdown of every batched decoder at every batch size."""
+    from bildlib.report import _table
+
+    t = pd.read_csv(root / OUT / "throughput.csv")
+    t = t[t["batched"]]
+    cols = {"small_calls_per_sentence": ".2f", "rows_per_small_call": ".1f", "small_ms_per_call": ".2f",
+            "large_calls_per_sentence": ".2f", "rows_per_large_call": ".1f", "large_ms_per_call": ".2f",
+            "padded_large_tokens_per_sentence": ".1f", "encode_ms_per_sentence": ".2f",
+            "other_ms_per_sentence": ".2f"}  # fmt: skip
+    rows = [[r["decoder"], str(r["batch"]), f"{1e3 / r['sentences_per_s']:.2f}"]
+            + [format(r[c], f) for c, f in cols.items()]
+            for _, r in t.sort_values(["decoder", "batch"]).iterrows()]  # fmt: skip
+    head = ["decoder", "batch", "ms / sentence", "small calls / sent.", "rows / small call",
+            "ms / small call", "large calls / sent.", "rows / large call", "ms / large call",
+            "large tokens run / sent. (padded)",
+            "encoders ms / sent.", "other ms / sent."]  # fmt: skip
+    return _table(head, rows)
+
+
+def exact_block(root: Path = REPO_ROOT) -> str:
+    """docs/batching.md: the full-val exactness check."""
+    from bildlib.report import _json
+
+    j = _json(root, f"{OUT}/exact.json")
+    cases = j["cases"].items()
+    parts = [f"{name} (`{_kw(c['settings'])}`)" if c["settings"] else name for name, c in cases]
+    same = [c["rows"] - len(c["differ"]) for c in j["cases"].values()]
+    lines = [f"- {p}: {k} of {c['rows']} rows equal"
+             for p, k, c in zip(parts, same, j["cases"].values(), strict=True)]  # fmt: skip
+    m = j["machine"]
+    return "\n".join([f"*All of val at batch {j['batch']}, {j['dtype']}, {m['device']} "
+                      f"({j['threads']} threads), "
+                      f"`{j['command']}`:*", "", *lines])  # fmt: skip
+
+
+def _kw(kw: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}" for k, v in kw.items())

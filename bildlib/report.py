@@ -270,6 +270,12 @@ def _bench():
     return bench
 
 
+def _batchbench():
+    from bildlib import batchbench  # it imports torch: only when asked
+
+    return batchbench
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
     "early-exit": early_exit, "peers": peers,
@@ -284,9 +290,12 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "targets-detail": lambda r: _bench().targets_block(r),  # docs/results.md
     "tutorial": tutorial,  # docs/teaching.md
     "table2-lm": lambda r: _table2().block(r), "lm-pair": lambda r: _table2().pair_block(r),
+    "batch": lambda r: _batchbench().block(r),  # README; docs/batching.md:
+    "batch-detail": lambda r: _batchbench().detail_block(r),
+    "batch-exact": lambda r: _batchbench().exact_block(r),
 }  # fmt: skip
 # the files whose blocks make report writes
-FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md")
+FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md")
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:

@@ -2,16 +2,19 @@
 batch-1 decoder gives for that source alone, on fakes that force rollbacks in some rows and not
 others, on tiny random T5s through the ragged lean engine, and on the shipped pair; bad input."""
 
+import pandas as pd
 import pytest
 import torch
 from test_decoding import shipped, sources  # noqa: F401  (shipped: a fixture)
 
 from bildlib import decoding as D
+from bildlib import experiments as X
 from bildlib.decoding.batch import bild_batch, speculative_batch, vanilla_batch
+from bildlib.experiments import measure
 from bildlib.models import LM, load_pair
 from bildlib.models.batch import LeanT5Batch, Looped, batched
 from bildlib.tutorial.fakes import EOS, FakeLM, peaked
-from conftest import perturbed, save_tiny, tiny_model
+from conftest import PRESET, perturbed, save_tiny, tiny_model
 
 # bild settings covering every branch: Algorithm 1, lossless, the ablations, the authors' rules,
 # the end checks, a limit of 1 and no limit
@@ -195,3 +198,45 @@ def test_mixed_lengths_and_batch_of_one(t5_pair):
     kw = dict(fallback=0.5, rollback=1.0, max_new_tokens=16)
     assert bild_batch(small, large, srcs, **kw)[0] == [D.bild(small, large, s, **kw)[0] for s in srcs]
     assert bild_batch(small, large, srcs[1:2], **kw)[0] == [D.bild(small, large, srcs[1], **kw)[0]]
+
+
+# --- sweeps with a batch_size ------------------------------------------------------------------
+
+
+def test_sweeps_take_a_batch_size(env, monkeypatch):
+    """batch_size 1 keeps every key as it was; batch 4 gives the same outputs under new keys, its
+    rows record it, share their chunk's time, and an interrupted batched sweep resumes."""
+    grid = [X.bild("aligned", 0.5, 1.0), X.speculative("aligned", 3)]
+    kw = dict(n_examples=10, results=env, baseline_repeats=1, progress=False)
+    one = X.sweep(PRESET, grid, **kw)
+    alone = X.run(PRESET, grid[0], n_examples=10, results=env, progress=False)
+    assert "batch_size" not in alone.attrs["spec"]
+    calls = {"n": 0}
+    real = measure.decode_batch
+
+    def dies(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 11:  # 4 configurations: 4 warm-ups, 4 first chunks, then 2 second chunks
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(measure, "decode_batch", dies)
+    with pytest.raises(KeyboardInterrupt):
+        X.sweep(PRESET, grid, batch_size=4, flush_every=4, **kw)
+    kept = sorted(len(pd.read_parquet(f)) for f in (env / PRESET).glob("*.partial.parquet"))
+    assert kept == [4, 4, 8, 8]  # flushed after each chunk
+    calls["n"] = -100
+    four = X.sweep(PRESET, grid, batch_size=4, flush_every=4, **kw)
+    assert calls["n"] + 100 == 4 + 2 + 2 * 2  # warm-ups, then only the missing chunks (the last holds 2)
+    assert not list((env / PRESET).glob("*.partial.parquet")) and not four.duplicated(["label", "id"]).any()
+    assert (one["batch_size"] == 1).all() and (four["batch_size"] == 4).all()
+    assert four.attrs["batch_size"] == 4
+    m = one.merge(four, on=["label", "id"])
+    assert len(m) == len(one) and (m["output_ids_x"].map(list) == m["output_ids_y"].map(list)).all()
+    chunk = four[(four["label"] == "vanilla-large") & four["id"].between(0, 3)]
+    assert chunk["latency_s"].nunique() == 1
+    assert chunk["batch_s"].iloc[0] == pytest.approx(4 * chunk["latency_s"].iloc[0])
+    with pytest.raises(ValueError, match="batch_size > 1 runs greedy vanilla, bild, speculative"):
+        X.run(PRESET, X.Config("oracle", "aligned", threshold=0.5), batch_size=4, n_examples=4, results=env)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        X.run(PRESET, grid[0], batch_size=0, n_examples=4, results=env)

@@ -1,4 +1,5 @@
-"""BiLD (Algorithm 1 of Kim et al. 2023) and the decoders it is compared with, at batch 1.
+"""BiLD (Algorithm 1 of Kim et al. 2023) and the decoders it is compared with, at batch 1, and
+`batch`: BiLD, vanilla and greedy speculative decoding over many sources at once.
 
 One module per decoder: `bild` (Algorithm 1, its ablations, the authors' rules), `vanilla`,
 `speculative`, `oracle`, `calm` (confident adaptive early exit), and `hf` (transformers' generate
@@ -13,6 +14,7 @@ bildlib.kernels. Each decoder returns (ids, Trace).
     out, trace = D.bild(small, large, src, fallback=0.5, rollback=3.0)
 """
 
+from bildlib.decoding.batch import BatchTrace, bild_batch, speculative_batch, vanilla_batch
 from bildlib.decoding.bild import RULES, BildSettings, bild, first_rollback
 from bildlib.decoding.calm import MEASURES, calm, calm_threshold
 from bildlib.decoding.hf import hf_assisted, hf_generate
@@ -23,6 +25,7 @@ from bildlib.decoding.trace import Trace
 from bildlib.decoding.vanilla import vanilla
 
 __all__ = [
-    "MEASURES", "RULES", "BildSettings", "Policy", "Sampling", "Trace", "bild", "calm", "calm_threshold",
-    "first_rollback", "hf_assisted", "hf_generate", "oracle", "speculative_sampling", "vanilla",
+    "MEASURES", "RULES", "BatchTrace", "BildSettings", "Policy", "Sampling", "Trace", "bild", "bild_batch",
+    "calm", "calm_threshold", "first_rollback", "hf_assisted", "hf_generate", "oracle", "speculative_batch",
+    "speculative_sampling", "vanilla", "vanilla_batch",
 ]  # fmt: skip

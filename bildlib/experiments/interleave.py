@@ -37,19 +37,37 @@ class _Run:
     def encode(self, i: int) -> list[int]:
         return self.tok.encode(self.job.preset.prompt(self.job.examples.pairs[i][0]))
 
+    @property
+    def batch(self) -> int:
+        return self.job.spec.get("batch_size", 1)
+
     def warm(self) -> None:
-        """Untimed decodes of the first `warmup` examples: allocator, caches, lazy init."""
-        for i in range(self.job.spec["warmup"]):
-            measure.decode(self.job.config, self.job.models, self.encode(i), self.job.preset.max_new_tokens)
+        """Untimed decodes of the first `warmup` examples (batched: one chunk of them)."""
+        j, w = self.job, self.job.spec["warmup"]
+        if self.batch > 1 and w:
+            srcs = [self.encode(i) for i in range(min(self.batch, len(j.examples)))]
+            measure.decode_batch(j.config, j.models, srcs, j.preset.max_new_tokens)
+        for i in range(w if self.batch == 1 else 0):
+            measure.decode(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
         self.meter = busy.Meter(len(self.rows))
 
     def step(self, i: int) -> None:
+        """Decode example i (batched: examples i to i + batch - 1, in one call, each row's
+        latency_s the call's time over its rows, batch_s the call's time)."""
         j = self.job
-        src, ref = j.examples.pairs[i]
-        out_ids, tr, dt = measure.timed(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
-        row = {"id": i, "source": src, "reference": ref, "output": self.tok.decode(out_ids), "latency_s": dt}
-        row |= {"output_ids": out_ids} | tr.counters() | {"trace": "".join(tr.source)}
-        self.rows.append(row | self.where)
+        ids = range(i, min(i + self.batch, len(j.examples)))
+        if self.batch == 1:
+            out, tr, dt = measure.timed(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
+            done, extra = [(out, tr)], {}
+        else:
+            outs, bt, dt = measure.timed_batch(j.config, j.models, [self.encode(k) for k in ids],
+                                               j.preset.max_new_tokens)  # fmt: skip
+            done, extra = list(zip(outs, bt.rows, strict=True)), {"batch_s": dt, "batch_size": self.batch}
+        for k, (out_ids, tr) in zip(ids, done, strict=True):
+            src, ref = j.examples.pairs[k]
+            row = {"id": k, "source": src, "reference": ref, "output": self.tok.decode(out_ids)}
+            row |= {"latency_s": dt / len(done), "output_ids": out_ids} | tr.counters() | extra
+            self.rows.append(row | {"trace": "".join(tr.source)} | self.where)
 
     def _load(self) -> dict:
         """The load record: earlier segments and this one, up to the rows so far."""
@@ -102,6 +120,10 @@ def compute(
         runs = {i: _Run(jobs[i], where) for i in todo}
         if len({len(jobs[i].examples) for i in todo}) > 1:
             raise ValueError("jobs interleaved together must run the same examples")
+        sizes = {runs[i].batch for i in todo}
+        if len(sizes) > 1:
+            raise ValueError(f"jobs interleaved together must use one batch_size, got {sorted(sizes)}")
+        B = sizes.pop() if sizes else 1
         threads = {jobs[i].spec["threads"] for i in todo}
         if len(threads) > 1:
             raise ValueError(f"jobs interleaved together must use one thread count, got {sorted(threads)}")
@@ -115,13 +137,14 @@ def compute(
         bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
         report("total", left)
         report("finished", len(out))
-        for e in range(min((len(r.rows) for r in runs.values()), default=n), n):
+        for e in range(min((len(r.rows) for r in runs.values()), default=n), n, B):
             for r in runs.values():
                 if len(r.rows) == e:  # resumed runs skip the examples they already hold
                     r.step(e)
-                    bar.update()
-                    report("done", 1)
-                    if (e + 1) % flush_every == 0 and e + 1 < n:
+                    k = min(B, n - e)
+                    bar.update(k)
+                    report("done", k)
+                    if (e + k) // flush_every > e // flush_every and e + k < n:
                         r.flush()
         bar.close()
         for i, r in runs.items():

@@ -42,6 +42,44 @@ def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[in
     )  # fmt: skip
 
 
+BATCHED = ("vanilla", "bild", "speculative")  # the methods decoding.batch runs, greedy
+
+
+def check_batchable(config) -> None:
+    """A configuration a batch > 1 can run: greedy vanilla, bild or speculative on two
+    separate models (decoding.batch); the error names the configuration."""
+    c = config
+    why = (f"method {c.method!r}" if c.method not in BATCHED else "sampling" if c.sampling is not None
+           else "the early-exit views" if c.model == "ee" and c.method != "vanilla" else None)  # fmt: skip
+    if why:
+        raise ValueError(f"batch_size > 1 runs greedy {', '.join(BATCHED)} (decoding.batch); "
+                         f"{c.label} has {why}")  # fmt: skip
+
+
+def decode_batch(config, models, srcs: list[list[int]], max_new_tokens: int):
+    """Run config's batched decoder (decoding.batch) on sources: (outputs, BatchTrace)."""
+    c, kw = config, {"max_new_tokens": max_new_tokens}
+    if c.method == "vanilla":
+        return D.vanilla_batch(models.get(c.model, c.runs_on), srcs, **kw)
+    small, large = models.get(c.model, c.runs_on), models.get("large", c.runs_on)
+    if c.method == "speculative":
+        return D.speculative_batch(small, large, srcs, window=c.window, **kw)
+    return D.bild_batch(
+        small, large, srcs, fallback=c.fallback, rollback=c.rollback, window=c.window,
+        max_small_steps=c.max_small_steps, distance=c.distance, verify_end=c.verify_end, rules=c.rules,
+        verify_end_below=c.verify_end_below, **kw,
+    )  # fmt: skip
+
+
+def timed_batch(config, models, srcs: list[list[int]], max_new_tokens: int):
+    """decode_batch() and its wall time in seconds (CUDA synchronised before the clock stops)."""
+    t0 = time.perf_counter()
+    outs, bt = decode_batch(config, models, srcs, max_new_tokens)
+    if models.device.type == "cuda":
+        torch.cuda.synchronize()
+    return outs, bt, time.perf_counter() - t0
+
+
 def timed(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace, float]:
     """decode() and its wall time in seconds (CUDA synchronised before the clock stops)."""
     t0 = time.perf_counter()

@@ -5,7 +5,9 @@ Latency method (also in README): batch 1; torch.set_num_threads(threads) fixed f
 sweep; each configuration first decodes `warmup` examples untimed; every configuration runs on
 the same examples, interleaved: example by example, each configuration in turn
 (experiments.interleave); each example's latency is the wall time of its decode call
-(synchronised on GPU). Vanilla large runs in the same sweep `baseline_repeats` times, and
+(synchronised on GPU). With batch_size > 1 (decoding.batch) a call decodes a chunk of examples,
+chunk by chunk interleaved, and each example's latency is its chunk's time over the chunk's
+size. Vanilla large runs in the same sweep `baseline_repeats` times, and
 normalized latency = mean latency of a configuration / mean vanilla-large latency over the same
 examples (analysis.summarize; averaged over the repeats, whose spread is reported).
 
@@ -25,7 +27,7 @@ from transformers import AutoConfig
 
 from bildlib import data, presets
 from bildlib.decoding.common import check_count
-from bildlib.experiments import cache, interleave
+from bildlib.experiments import cache, interleave, measure
 from bildlib.experiments.config import Config
 from bildlib.models import (
     LM,
@@ -181,15 +183,21 @@ def plan(
     loaded: data.Split | None = None,
     engine: str = "auto",
     shard: dict | None = None,
+    batch_size: int = 1,
 ) -> Job:
     """Check a run's arguments, load its examples and key it, without decoding anything (run's
     arguments; sweep plans every configuration before the first runs, passing the examples it
     loaded once as `loaded`). shard: the sweep's shard the job belongs to (experiments.sweeps),
-    part of its key; None for an unsharded run, whose key has no such field."""
+    part of its key; None for an unsharded run, whose key has no such field. batch_size: how
+    many examples one decode call takes (decoding.batch; 1, the paper's setting, keeps every
+    existing key: only a batch > 1 is part of the key)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be an experiments.Config, got {type(config).__name__}")
     check_count("threads", threads)
     check_count("warmup", warmup, minimum=0)
+    check_count("batch_size", batch_size)
+    if batch_size > 1:
+        measure.check_batchable(config)
     p = with_checkpoints(presets.get(preset), checkpoints)
     models = models or Models(p, device, dtype, engine)
     ex = examples(p, split, n_examples) if loaded is None else loaded
@@ -207,6 +215,8 @@ def plan(
     }  # fmt: skip
     if shard is not None:
         spec["shard"] = shard
+    if batch_size > 1:
+        spec["batch_size"] = batch_size
     path = Path(results or cache.RESULTS) / p.name / f"{cache.key(spec)}.parquet"
     return Job(p, config, ex, models, spec, path)
 

@@ -115,7 +115,9 @@ def sweep(
     vanilla small/aligned; one DataFrame with a `label` column, the config's fields, `busy`,
     `shard`, and per row the `worker` (host:pid) and `device_name` that computed it. Every
     configuration is checked and keyed (plan) before the first example runs. Other arguments as
-    run. sampling: the baselines' decoding (None: greedy; a sampled sweep compares with vanilla
+    run (batch_size > 1: every configuration, baselines included, decodes chunks of that many
+    examples per call, decoding.batch; speedups are then against batched vanilla large).
+    sampling: the baselines' decoding (None: greedy; a sampled sweep compares with vanilla
     decoding under the same sampling). A configuration timed on a busy machine
     (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True.
     baseline: the model of the baseline ("large"; "ee" for early exit, whose speedups are against
@@ -201,6 +203,7 @@ def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
                 ran_on=used,
                 dtype=r.spec["dtypes"][c.needs()[-1]],  # what the configuration's (large) model ran in
                 shard=k["index"],
+                batch_size=r.spec.get("batch_size", 1),
             )  # fmt: skip
         )
     if suspect:
@@ -218,5 +221,6 @@ def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
         "baseline": baseline,
         "threads": results[0].spec["threads"],
         "shards": max(r.spec.get("shard", {"of": 1})["of"] for r in results),
+        "batch_size": results[0].spec.get("batch_size", 1),
     }
     return out

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from bildlib.models.engine import HF
+from bildlib.models.lean_causal import LeanGPT2, LeanLlama
 from bildlib.models.lean_common import rms
 from bildlib.models.lean_t5 import LeanT5
 from bildlib.models.lm import LM, check_source
@@ -239,6 +241,9 @@ def _check_capacity(m, n: int) -> None:
 def _clone(lm):
     """A second batch-1 model on lm's weights with its own cache (lm.clone() where it has one)."""
     if isinstance(lm, LM):
+        if not isinstance(lm.impl, HF | LeanT5 | LeanGPT2 | LeanLlama):  # e.g. an early-exit view
+            raise ValueError(f"{lm.name}: a batch runs models on the hf or lean engine, not on a "
+                             f"{type(lm.impl).__name__}")  # fmt: skip
         return LM(lm.model, lm.tok, lm.name, lm.engine)  # a new engine object, the same weights
     if hasattr(lm, "clone"):
         return lm.clone()
