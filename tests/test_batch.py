@@ -2,6 +2,8 @@
 batch-1 decoder gives for that source alone, on fakes that force rollbacks in some rows and not
 others, on tiny random T5s through the ragged lean engine, and on the shipped pair; bad input."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -14,7 +16,7 @@ from bildlib.experiments import measure
 from bildlib.models import LM, load_pair
 from bildlib.models.batch import LeanT5Batch, Looped, batched
 from bildlib.tutorial.fakes import EOS, FakeLM, peaked
-from conftest import PRESET, perturbed, save_tiny, tiny_model
+from conftest import PRESET, REPO, perturbed, save_tiny, tiny_model
 
 # bild settings covering every branch: Algorithm 1, lossless, the ablations, the authors' rules,
 # the end checks, a limit of 1 and no limit
@@ -240,3 +242,34 @@ def test_sweeps_take_a_batch_size(env, monkeypatch):
         X.run(PRESET, X.Config("oracle", "aligned", threshold=0.5), batch_size=4, n_examples=4, results=env)
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         X.run(PRESET, grid[0], batch_size=0, n_examples=4, results=env)
+
+
+# --- make bench-batch ---------------------------------------------------------------------------
+
+
+def test_batchbench_checks_times_and_renders(shipped, tmp_path):  # noqa: F811
+    """The benchmark end to end on a few val sentences: its check, its table (every batched row
+    equal to the batch-1 decoder's), its README and docs blocks from the files it wrote."""
+    from bildlib import batchbench
+
+    out = tmp_path / "figures" / "batch"
+    assert batchbench.main(["--check", "--n", "8", "--out", str(out)]) == 0
+    assert batchbench.main(["--n", "6", "--batches", "1,4", "--out", str(out)]) == 0
+    t = pd.read_csv(out / "throughput.csv")
+    assert sorted(set(t["batch"])) == [1, 4] and (t["equal"] == 6).all() and len(t) == 2 * 7
+    assert t["speedup_lo"].le(t["speedup"]).all() and t["speedup"].le(t["speedup_hi"]).all()
+    cases = json.loads((out / "exact.json").read_text())["cases"]
+    assert len(cases) == 5 and all(c["rows"] == 8 and c["differ"] == [] for c in cases.values())
+    assert not list((out / ".partial").glob("*.json"))  # a finished run keeps no parts
+    assert "| 4 |" in batchbench.block(tmp_path) and "8 of 8 rows equal" in batchbench.exact_block(tmp_path)
+    assert "BiLD best, eager" in batchbench.detail_block(tmp_path)
+    with pytest.raises(SystemExit):
+        batchbench.main(["--batches", "0"])
+
+
+def test_committed_batch_results_hold():
+    """What figures/batch/ says: every row of all of val equal at batch 8, every timed row equal."""
+    t = pd.read_csv(REPO / "figures" / "batch" / "throughput.csv")
+    assert sorted(set(t["batch"])) == [1, 2, 4, 8, 16, 32] and (t["equal"] == t["n"]).all()
+    cases = json.loads((REPO / "figures" / "batch" / "exact.json").read_text())["cases"]
+    assert all(c["rows"] == 1014 and c["differ"] == [] for c in cases.values())

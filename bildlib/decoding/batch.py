@@ -34,8 +34,9 @@ GREEDY = Policy(None, torch.device("cpu"))  # first_rollback reads only .greedy
 
 @dataclass
 class BatchTrace:
-    """What a batched decode did: each row's Trace (tokens, its share of calls) and the batched
-    calls themselves: wall time, rows and padded tokens (rows x longest) of each."""
+    """What a batched decode did: each row's Trace (its tokens, and the calls it took part in,
+    each with the whole batched call's wall time) and the batched calls themselves: wall time,
+    rows and padded tokens (rows x longest) of each."""
 
     rows: list[Trace]
     start_s: float = 0.0  # the models' start(): the encoders over the padded sources
