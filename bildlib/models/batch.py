@@ -121,11 +121,13 @@ class LeanT5Batch:
         x, row, at, slot = torch.tensor(flat, device=dev).T  # (n,) each: token, cache row, position, slot
         t._grow(N)
         self._grow(N)
-        idx = torch.tensor(rows, device=dev)  # (R,)
+        run = rows == list(range(rows[0], rows[0] + R))  # consecutive rows: views, not gathers
+        idx = slice(rows[0], rows[0] + R) if run else torch.tensor(rows, device=dev)  # (R,) rows read
         qpos = torch.tensor(pos, device=dev)[:, None] + torch.arange(K, device=dev)  # (R, K)
         bias = t.bias[:, qpos, :N].transpose(0, 1).reshape(R * t.H, K, N)  # the causal mask folded in
         cmask = self.src_mask[idx][:, None, None].expand(R, t.H, K, -1).reshape(R * t.H, K, -1)
-        call = _Call(R, K, slot, idx, row, at, N, bias, cmask)
+        ragged = any(len(tk) < K for tk in tokens)
+        call = _Call(R, K, slot if ragged else None, idx, row, at, N, bias, cmask)
         h = F.embedding(x, t.emb)  # (n, d)
         for i, w in enumerate(t.dec):
             h = self._block(h, w, call, i)
@@ -154,7 +156,7 @@ class LeanT5Batch:
         self.cross = []
         for w in t.dec:
             kv = F.linear(e, w["ckv"]).view(B, S, 2, t.H, t.dh).permute(2, 0, 3, 1, 4)  # (2, B, H, S, dh)
-            self.cross.append((kv[0], kv[1]))
+            self.cross.append((kv[0].contiguous(), kv[1].contiguous()))  # rows gather or slice cheaply
 
     def _block(self, x: torch.Tensor, w: dict, c: _Call, i: int | None) -> torch.Tensor:
         """One T5 block on x (n, d), the tokens of call c packed; i None: an encoder block (c's
@@ -190,13 +192,13 @@ class LeanT5Batch:
 class _Call:
     """One call's layout: R rows of up to K tokens; token m of the packed (n, ...) tensors sits
     in slot[m] of the (R * K) padded ones (slot None: no padding, n = R * K), belongs to cache row
-    row[m] at position at[m]; rows idx (R,) read keys [0, N); bias (R * H, K, N) self-attention,
-    cmask (R * H, K, S) cross-attention."""
+    row[m] at position at[m]; rows idx (R,) (a slice where they are consecutive) read keys
+    [0, N); bias (R * H, K, N) self-attention, cmask (R * H, K, S) cross-attention."""
 
     R: int
     K: int
     slot: torch.Tensor | None
-    idx: torch.Tensor | None
+    idx: torch.Tensor | slice | None
     row: torch.Tensor | None
     at: torch.Tensor | None
     N: int
