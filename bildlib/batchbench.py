@@ -53,12 +53,12 @@ def settings(root: Path = REPO_ROOT) -> dict[str, dict]:
     out = {}
     for name, label in (("lossless", t["lossless_vs_assisted"]["row"]), ("best", t["speedup"]["row"])):
         r = every.loc[label]
-        kw = {"fallback": float(r["fallback"]), "rollback": float(r["rollback"])}
-        if "-exact" in label:
+        kw, rule = {"fallback": float(r["fallback"]), "rollback": float(r["rollback"])}, bench.end_rule(r)
+        if rule == "exact":
             kw["distance"] = "exact"
-        elif pd.notna(r["verify_end_below"]):
+        elif rule.startswith("verify_end_below"):
             kw["verify_end_below"] = float(r["verify_end_below"])
-        elif r["verify_end"] in (True, "True"):
+        elif rule == "verify_end":
             kw["verify_end"] = True
         out[name] = kw
     out["algorithm1"] = {k: out["best"][k] for k in ("fallback", "rollback")}
@@ -120,20 +120,14 @@ def measure(small, large, srcs: list, refs: list[str], B: int, s: dict) -> list[
             r |= {"small_calls_per_sentence": sm / n, "large_calls_per_sentence": lg / n,
                   "small_ms_per_call": 1e3 * cs["small_s"] / max(sm, 1),
                   "large_ms_per_call": 1e3 * cs["large_s"] / max(lg, 1),
-                  "rows_per_small_call": _rows(calls[k], "small"),
-                  "rows_per_large_call": _rows(calls[k], "large"),
+                  "rows_per_small_call": cs["small_call_rows"] / max(sm, 1),
+                  "rows_per_large_call": cs["large_call_rows"] / max(lg, 1),
                   "padded_large_tokens_per_sentence": cs["large_padded_tokens"] / n,
                   "encode_ms_per_sentence": 1e3 * cs["start_s"] / n,
                   "other_ms_per_sentence": 1e3 * (tk.sum() - cs[["start_s", "small_s", "large_s"]].sum()) / n,
                   }  # fmt: skip
         rows.append(r | {"signature": sc.signature})
     return rows
-
-
-def _rows(calls: list[dict], who: str) -> float:
-    """Mean rows per call over every chunk's calls (BatchTrace.counters gives each chunk's mean)."""
-    n = sum(c[f"{who}_calls"] for c in calls)
-    return sum(c[f"{who}_rows_per_call"] * c[f"{who}_calls"] for c in calls) / max(n, 1)
 
 
 def check(small, large, srcs: list, s: dict, B: int = 8) -> dict:

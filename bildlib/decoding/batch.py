@@ -47,24 +47,29 @@ class BatchTrace:
     large_padded: list[int] = field(default_factory=list)
 
     def counters(self) -> dict:
-        """Flat numbers for a results table: the batch's calls, rows per call, seconds."""
-        n = lambda xs: sum(xs) / max(len(xs), 1)  # noqa: E731
+        """Flat numbers for a results table, all sums (they add up over batches): the batch's
+        calls, the rows they ran, seconds."""
         return {
             "batch": len(self.rows), "small_calls": len(self.small_times),
-            "large_calls": len(self.large_times),
-            "small_rows_per_call": n(self.small_rows), "large_rows_per_call": n(self.large_rows),
-            "large_padded_tokens": sum(self.large_padded), "start_s": self.start_s,
-            "small_s": sum(self.small_times),
-            "large_s": sum(self.large_times),
+            "large_calls": len(self.large_times), "small_call_rows": sum(self.small_rows),
+            "large_call_rows": sum(self.large_rows), "large_padded_tokens": sum(self.large_padded),
+            "start_s": self.start_s, "small_s": sum(self.small_times), "large_s": sum(self.large_times),
         }  # fmt: skip
 
 
-class _Bild:
+class _Row:
+    """One row of a batch: seq = [bos] + output, and its Trace."""
+
+    def __init__(self, bos: int):
+        self.seq, self.tr = [bos], Trace()
+
+
+class _Bild(_Row):
     """One row of bild(): its sequence and the loop's variables, a call at a time."""
 
     def __init__(self, s: BildSettings, bos: int, eos: int):
-        self.s, self.eos, self.tr = s, eos, Trace()
-        self.seq, self.run, self.low = [bos], 0, 1.0
+        super().__init__(bos)
+        self.s, self.eos, self.run, self.low = s, eos, 0, 1.0
         self.large_next = s.rules == "authors"
         self.fell = self.done = self.over = False
 
@@ -197,7 +202,7 @@ def bild_batch(
             first = {j: len(L.ids[j]) + 1 for j in todo}
             for j, lg in zip(todo, _call(bt, "L", L, rows, todo), strict=True):
                 rows[j].large(lg, first[j], (_RowView(S, j), _RowView(L, j)))
-        if not any(w for w in wants):
+        if not any(wants):
             break
     return [r.seq[1:] for r in rows], bt
 
@@ -208,7 +213,7 @@ def vanilla_batch(model, sources: list, max_new_tokens: int = 128) -> tuple[list
     check_count("max_new_tokens", max_new_tokens)
     xs, (M,) = _setup(model, None, sources, pair=False)
     bos, t = _start((M,), xs)
-    rows = [_Bild(BildSettings(max_new_tokens=max_new_tokens), b, model.eos) for b in bos]
+    rows = [_Row(b) for b in bos]
     bt = BatchTrace([r.tr for r in rows], t)
     while todo := [j for j, r in enumerate(rows) if not finished(r.seq, model.eos, max_new_tokens)]:
         last = torch.stack([lg[-1] for lg in _call(bt, "S", M, rows, todo)])  # (R, V)
@@ -217,12 +222,12 @@ def vanilla_batch(model, sources: list, max_new_tokens: int = 128) -> tuple[list
     return [r.seq[1:] for r in rows], bt
 
 
-class _Spec:
+class _Spec(_Row):
     """One row of greedy speculative_sampling: `q` drafts since the large model last ran."""
 
     def __init__(self, window: int, bos: int, eos: int, max_new_tokens: int):
-        self.window, self.eos, self.n, self.tr = window, eos, max_new_tokens, Trace()
-        self.seq, self.q = [bos], 0
+        super().__init__(bos)
+        self.window, self.eos, self.n, self.q = window, eos, max_new_tokens, 0
 
     def want(self) -> str | None:
         if not finished(self.seq, self.eos, self.n) and self.q < self.window:

@@ -44,11 +44,12 @@ class _Run:
     def warm(self) -> None:
         """Untimed decodes of the first `warmup` examples (batched: one chunk of them)."""
         j, w = self.job, self.job.spec["warmup"]
-        if self.batch > 1 and w:
+        if self.batch == 1:
+            for i in range(w):
+                measure.decode(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
+        elif w:
             srcs = [self.encode(i) for i in range(min(self.batch, len(j.examples)))]
             measure.decode_batch(j.config, j.models, srcs, j.preset.max_new_tokens)
-        for i in range(w if self.batch == 1 else 0):
-            measure.decode(j.config, j.models, self.encode(i), j.preset.max_new_tokens)
         self.meter = busy.Meter(len(self.rows))
 
     def step(self, i: int) -> None:

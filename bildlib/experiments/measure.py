@@ -35,11 +35,14 @@ def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[in
         return D.oracle(small, large, src, c.threshold, **kw)
     if c.method == "speculative":
         return D.speculative_sampling(small, large, src, window=c.window, sampling=c.sampling, **kw)
-    return D.bild(
-        small, large, src, fallback=c.fallback, rollback=c.rollback, window=c.window,
-        max_small_steps=c.max_small_steps, distance=c.distance, sampling=c.sampling,
-        verify_end=c.verify_end, rules=c.rules, verify_end_below=c.verify_end_below, **kw,
-    )  # fmt: skip
+    return D.bild(small, large, src, sampling=c.sampling, **_bild_settings(c), **kw)
+
+
+def _bild_settings(c) -> dict:
+    """A bild Config's settings as bild's (and bild_batch's) keyword arguments, sampling aside."""
+    return {"fallback": c.fallback, "rollback": c.rollback, "window": c.window,
+            "max_small_steps": c.max_small_steps, "distance": c.distance, "verify_end": c.verify_end,
+            "rules": c.rules, "verify_end_below": c.verify_end_below}  # fmt: skip
 
 
 BATCHED = ("vanilla", "bild", "speculative")  # the methods decoding.batch runs, greedy
@@ -64,26 +67,23 @@ def decode_batch(config, models, srcs: list[list[int]], max_new_tokens: int):
     small, large = models.get(c.model, c.runs_on), models.get("large", c.runs_on)
     if c.method == "speculative":
         return D.speculative_batch(small, large, srcs, window=c.window, **kw)
-    return D.bild_batch(
-        small, large, srcs, fallback=c.fallback, rollback=c.rollback, window=c.window,
-        max_small_steps=c.max_small_steps, distance=c.distance, verify_end=c.verify_end, rules=c.rules,
-        verify_end_below=c.verify_end_below, **kw,
-    )  # fmt: skip
-
-
-def timed_batch(config, models, srcs: list[list[int]], max_new_tokens: int):
-    """decode_batch() and its wall time in seconds (CUDA synchronised before the clock stops)."""
-    t0 = time.perf_counter()
-    outs, bt = decode_batch(config, models, srcs, max_new_tokens)
-    if models.device.type == "cuda":
-        torch.cuda.synchronize()
-    return outs, bt, time.perf_counter() - t0
+    return D.bild_batch(small, large, srcs, **_bild_settings(c), **kw)
 
 
 def timed(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace, float]:
     """decode() and its wall time in seconds (CUDA synchronised before the clock stops)."""
+    return _clocked(decode, config, models, src, max_new_tokens)
+
+
+def timed_batch(config, models, srcs: list[list[int]], max_new_tokens: int):
+    """decode_batch() and its wall time in seconds (CUDA synchronised before the clock stops)."""
+    return _clocked(decode_batch, config, models, srcs, max_new_tokens)
+
+
+def _clocked(f, config, models, *args):
+    """(f's two results, its wall time), CUDA synchronised before the clock stops."""
     t0 = time.perf_counter()
-    out, tr = decode(config, models, src, max_new_tokens)
+    out, tr = f(config, models, *args)
     if models.device.type == "cuda":
         torch.cuda.synchronize()
     return out, tr, time.perf_counter() - t0

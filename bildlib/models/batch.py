@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from bildlib.models.engine import HF
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
-from bildlib.models.lean_common import rms
+from bildlib.models.lean_common import longer, rms
 from bildlib.models.lean_t5 import LeanT5
 from bildlib.models.lm import LM, check_source
 
@@ -120,7 +120,7 @@ class LeanT5Batch:
                 for c, x in enumerate(tk)]  # fmt: skip
         x, row, at, slot = torch.tensor(flat, device=dev).T  # (n,) each: token, cache row, position, slot
         t._grow(N)
-        self._grow(N)
+        self.kv = longer(self.kv, N)  # (L, 2, B, H, T >= N, dh)
         run = rows == list(range(rows[0], rows[0] + R))  # consecutive rows: views, not gathers
         idx = slice(rows[0], rows[0] + R) if run else torch.tensor(rows, device=dev)  # (R,) rows read
         qpos = torch.tensor(pos, device=dev)[:, None] + torch.arange(K, device=dev)  # (R, K)
@@ -179,13 +179,6 @@ class LeanT5Batch:
         h = t.act(F.linear(h, w["wi0"])) * F.linear(h, w["wi1"]) if t.gated else t.act(F.linear(h, w["wi"]))
         return x + F.linear(h, w["wo"])
 
-    def _grow(self, n: int) -> None:
-        """The cache holds n positions per row (doubling; existing entries copied once)."""
-        T = self.kv.shape[4]
-        if n > T:
-            grown = self.kv.new_zeros(*self.kv.shape[:4], 2 * n, self.kv.shape[5])
-            grown[..., :T, :] = self.kv
-            self.kv = grown
 
 
 @dataclass

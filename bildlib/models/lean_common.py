@@ -22,14 +22,22 @@ class Buffers:
 
     def put(self, i: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = pos + k.shape[1]  # k, v: (H, k, dh)
-        if n > self.buf.shape[3]:
-            grown = self.buf.new_zeros(*self.buf.shape[:3], 2 * n, self.buf.shape[4])
-            grown[:, :, :, : self.buf.shape[3]] = self.buf
-            self.buf = grown
+        self.buf = longer(self.buf, n)
         b = self.buf[i]  # (2, H, T, dh)
         b[0, :, pos:n] = k
         b[1, :, pos:n] = v
         return b[0, :, :n], b[1, :, :n]  # (H, n, dh) each
+
+
+def longer(buf: torch.Tensor, n: int) -> torch.Tensor:
+    """A KV buffer (..., T, dh) with room for n positions: buf itself, or a copy with T = 2n
+    (doubling, so a growing sequence copies rarely) holding buf's entries."""
+    T = buf.shape[-2]
+    if n <= T:
+        return buf
+    grown = buf.new_zeros(*buf.shape[:-2], 2 * n, buf.shape[-1])
+    grown[..., :T, :] = buf
+    return grown
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
