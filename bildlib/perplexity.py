@@ -25,14 +25,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bildlib.decoding.common import check_count
+
 
 def stream(tok, texts: list[str]) -> list[int]:
-    """The texts as one token stream, each followed by EOS, without other special tokens."""
-    if not texts or not any(t.strip() for t in texts):
-        raise ValueError("texts is empty: perplexity needs at least one non-empty text")
+    """The texts as one token stream, each followed by EOS, without other special tokens. A text
+    with no tokens (empty, or spaces only) adds nothing: no EOS right after an EOS."""
+    if isinstance(texts, str) or not isinstance(texts, list | tuple):
+        raise TypeError(f"texts must be a list of strings, got a {type(texts).__name__} (one text: [text])")
+    if bad := [i for i, t in enumerate(texts) if not isinstance(t, str)]:
+        raise TypeError(f"texts[{bad[0]}] must be a string, got {type(texts[bad[0]]).__name__}")
     ids = []
     for t in texts:
-        ids += tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        if body := tok(t, add_special_tokens=False)["input_ids"]:
+            ids += body + [tok.eos_token_id]
+    if not ids:
+        raise ValueError("texts is empty: perplexity needs at least one non-empty text")
     return ids
 
 
@@ -45,8 +53,8 @@ def positions(model) -> int | None:
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     """(begin, end, first scored) of each window over a stream of n tokens: tokens [first, end)
     are scored with context from begin. Every token but the stream's first is scored once."""
-    if window < 2:
-        raise ValueError(f"window must be >= 2 tokens, got {window}")
+    check_count("window", window, minimum=2)
+    check_count("stride", stride)
     if not 1 <= stride < window:  # stride = window would leave each window's first token without context
         raise ValueError(f"stride must be in [1, window - 1 = {window - 1}], got {stride}")
     if n < 2:
@@ -78,6 +86,8 @@ class Scores:
 def score(model, ids: list[int], window: int = 128, stride: int = 64, batch: int = 16) -> Scores:
     """Teacher-forced scores of every token of `ids` but the first, by a Hugging Face causal LM,
     in windows (see `windows`), `batch` windows per forward."""
+    check_count("batch", batch)
+    windows(len(ids), window, stride)  # checks window and stride before the model is asked
     limit = positions(model)
     if limit is not None and window > limit:
         raise ValueError(f"window={window} is larger than the model's {limit} positions")

@@ -15,10 +15,12 @@ from pathlib import Path
 import pandas as pd
 
 from bildlib import cost, presets, roofline
+from bildlib.decoding.common import check_count
 from bildlib.experiments.config import bild_grid
 from bildlib.experiments.sweeps import sweep
 from bildlib.paper import shapes
 
+DEVICES = ("auto", "cpu", "cuda")
 OUTPUT_TOKENS = 0.5  # the sweep's outputs are taken as half of max_new_tokens long, on average
 
 
@@ -36,9 +38,18 @@ def arch(preset: presets.Preset, which: str) -> cost.Arch:
     return cost.Arch.of(AutoConfig.from_pretrained(preset.model(which)))
 
 
-def plan(preset: str, device: str = "cuda", dtype_bytes: int = 2, n_examples: int = 100, gpu: str = "A100",
-         layer_overhead_us: float = 10.0, source_tokens: int = 0) -> dict:  # fmt: skip
-    """The numbers a reviewer wants before a long run of fig4 on `preset`."""
+def plan(preset: str, device: str = "cuda", dtype_bytes: int | None = None, n_examples: int = 100,
+         gpu: str = "A100", layer_overhead_us: float = 10.0, source_tokens: int = 0) -> dict:  # fmt: skip
+    """The numbers a reviewer wants before a long run of fig4 on `preset`. device: "cpu", "cuda"
+    (a projection for a GPU, which this machine need not have) or "auto" (this machine's)."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_count("n_examples", n_examples)
+    dtype_bytes = dtype_bytes or (4 if device == "cpu" else 2)  # fp32 on a CPU, bf16 / fp16 on a GPU
     p = presets.get(preset)
     archs = {w: arch(p, w) for w in ("small", "aligned", "large")}
     params = {w: sum(a.params().values()) for w, a in archs.items()}
@@ -80,12 +91,15 @@ def describe(d: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bildlib.plan", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="multi30k", choices=sorted(presets.PRESETS))
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="auto", choices=DEVICES,
+                    help="auto: this machine's (cuda if it has a GPU); cuda projects a GPU run from anywhere")
     ap.add_argument("--n-examples", type=int, default=100)
     ap.add_argument("--gpu", default="A100", choices=sorted(roofline.GPUS))
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     a = ap.parse_args(argv)
-    d = plan(a.preset, a.device, 2 if a.device != "cpu" else 4, a.n_examples, a.gpu)
+    if a.n_examples < 1:
+        ap.error(f"--n-examples must be an integer >= 1, got {a.n_examples}")
+    d = plan(a.preset, a.device, None, a.n_examples, a.gpu)
     print(describe(d))
     if a.json:
         a.json.write_text(json.dumps(d, indent=1, ensure_ascii=False) + "\n")

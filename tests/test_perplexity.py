@@ -103,11 +103,11 @@ def test_errors(pair):
     ids = P.stream(tok, TEXTS)
     with pytest.raises(ValueError, match="window=300 is larger than the model's 256 positions"):
         P.score(model, ids + ids, 300, 100)
-    with pytest.raises(ValueError, match="window must be >= 2"):
+    with pytest.raises(ValueError, match="window must be an integer >= 2"):
         P.score(model, ids, 1, 1)
     with pytest.raises(ValueError, match="stride must be in"):
         P.score(model, ids, 16, 16)
-    with pytest.raises(ValueError, match="stride must be in"):
+    with pytest.raises(ValueError, match="stride must be an integer >= 1"):
         P.score(model, ids, 16, 0)
     with pytest.raises(ValueError, match="has 1 token"):
         P.score(model, [5], 16, 8)

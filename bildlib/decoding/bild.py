@@ -48,7 +48,7 @@ class BildSettings:
             check_count("window", self.window)
         elif self.window is not None:
             raise ValueError("window is the No-FB ablation: pass it with fallback=None")
-        if self.verify_end not in (None, False, True):
+        if not (self.verify_end is None or isinstance(self.verify_end, bool)):  # 1 == True, but not a bool
             raise ValueError(f"verify_end must be True, False or None, got {self.verify_end!r}")
         if self.check_end and self.rollback is None:
             raise ValueError("verify_end needs rollback on (without it the check changes nothing)")
@@ -56,6 +56,9 @@ class BildSettings:
         if self.verify_end_below is not None:
             if self.rollback is None:
                 raise ValueError("verify_end_below needs rollback on (without it the check changes nothing)")
+            if self.verify_end is False:
+                raise ValueError("verify_end_below: verify_end=False turns the end check off; pass "
+                                 "verify_end=None with verify_end_below")  # fmt: skip
             if self.check_end:
                 raise ValueError("verify_end_below: the end is already always checked (verify_end=True or "
                                  "distance='exact'); pass one of the two")  # fmt: skip

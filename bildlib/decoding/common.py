@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 
 def finished(seq: list[int], eos: int, max_new_tokens: int) -> bool:
@@ -23,7 +24,8 @@ def check_threshold(name: str, value, lo: float, hi: float = math.inf, optional:
     """A number in [lo, hi] (or None where optional); NaN is refused."""
     if optional and value is None:
         return
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and lo <= value <= hi
+    # numbers.Real: Python's and numpy's ints and floats alike (np.float32 as np.float64)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and lo <= value <= hi
     if not ok:  # NaN fails every comparison, so it lands here too
         span = f"in [{lo:g}, {hi:g}]" if hi < math.inf else f">= {lo:g}"
         raise ValueError(

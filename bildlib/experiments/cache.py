@@ -1,11 +1,12 @@
 """The results cache: one parquet per configuration, keyed by what decides its numbers.
 
 data/results/<preset>/<key>.parquet, key = hash of the run's spec (runner.plan): the models'
-identities, the configuration, split, n_examples and a hash of those examples' sources and
-references, the code that decides outputs and timings (CODE), device, dtypes, threads and
-warm-up. Files are written atomically; one that does not read back as what its key promises is
-deleted with a warning and recomputed. Computing a key is exclusive across processes (a file
-lock beside the result), so two runs never time the same configuration at once.
+identities (every file that decides a checkpoint's outputs: model_files), the configuration,
+split, n_examples and a hash of those examples' sources and references, the code that decides
+outputs and timings (CODE), device, dtypes, threads and warm-up. Files are written atomically;
+one that does not read back as what its key promises is deleted with a warning and recomputed.
+Computing a key is exclusive across processes (a file lock beside the result), so two runs never
+time the same configuration at once.
 """
 
 from __future__ import annotations
@@ -53,18 +54,32 @@ def examples_hash(pairs: list[tuple[str, str]]) -> str:
 
 
 _HASHES: dict = {}
+# Besides the weights, the files that decide a checkpoint's outputs: its architecture and
+# generation settings, and its tokenizer (transformers' and sentencepiece's file names). A model
+# card (README.md) or a training log does not.
+DEFINING = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model",
+            "vocab.json", "vocab.txt", "merges.txt"]  # fmt: skip
 
 
-def weights_hash(folder: Path) -> str:
-    """SHA-256 over a checkpoint folder's weight files, memoised by their paths, sizes and times."""
-    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
-    if not files:
+def model_files(folder: Path) -> list[Path]:
+    """The files of a checkpoint folder that decide its outputs: the weight files and DEFINING."""
+    folder = Path(folder)
+    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    if not weights:
         raise FileNotFoundError(f"{folder} holds no model weights (*.safetensors or *.bin)")
+    return weights + [folder / n for n in DEFINING if (folder / n).is_file()]
+
+
+def model_hash(folder: Path) -> str:
+    """SHA-256 over a checkpoint folder's model_files (names and contents), memoised by their
+    paths, sizes and times: a changed config or tokenizer file gives a new hash, as new weights do."""
+    files = model_files(folder)
     k = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
     if k not in _HASHES:
         h = hashlib.sha256()
         for f in files:
-            h.update(data.sha256(f).encode())
+            h.update(f.name.encode() + b"\0" + data.sha256(f).encode())
         _HASHES[k] = h.hexdigest()
     return _HASHES[k]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 
 from bildlib import presets
@@ -14,6 +15,7 @@ HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
 ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
 MODELS = ("small", "aligned", "large", "ee", "calm")
+FLOATS = ("fallback", "rollback", "threshold", "temperature", "top_p", "tau", "verify_end_below")
 EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what the early-exit models run
 
 
@@ -49,6 +51,10 @@ class Config:
     verify_end_below: float | None = None  # bild: check the end only if a final small token was below it
 
     def __post_init__(self):
+        for f in FLOATS:  # numpy's floats (np.float32 too) as Python's: one key per value, JSON-able
+            v = getattr(self, f)
+            if isinstance(v, numbers.Real) and not isinstance(v, bool | int):
+                object.__setattr__(self, f, float(v))
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.model not in MODELS:
@@ -232,7 +238,7 @@ def bild_grid(
     p = presets.get(preset)
     fbs = _numbers("fallbacks", p.fallback_grid if fallbacks is None else fallbacks)
     rbs = _numbers("rollbacks", p.rollback_grid if rollbacks is None else rollbacks)
-    if isinstance(verify_end, str) or not all(v in (None, False, True) for v in verify_end):
+    if isinstance(verify_end, str) or not all(v is None or isinstance(v, bool) for v in verify_end):
         raise ValueError(f"verify_end must be a list of true/false, got {verify_end!r}")
     ends = dict.fromkeys(v or None for v in verify_end)  # False is Algorithm 1, as None; once each
     _nonempty("BiLD", models=models, fallbacks=fbs, rollbacks=rbs, verify_end=ends)
@@ -263,7 +269,8 @@ def calm_grid(thresholds, taus, measure: str = "state") -> list[Config]:
 
 def _numbers(name: str, vals) -> list:
     """A grid axis as a list, checked to hold numbers (papermill -p passes a list as a string)."""
-    if isinstance(vals, str) or not all(isinstance(v, int | float) for v in vals):
+    numeric = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in vals)
+    if isinstance(vals, str) or not numeric:
         raise ValueError(
             f"{name} must be a list of numbers, got {vals!r} "
             f"(papermill command line: -y '{{{name}: [0.3, 0.5]}}')"

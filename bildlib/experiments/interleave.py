@@ -53,8 +53,9 @@ class _Run:
         self.meter = busy.Meter(len(self.rows))
 
     def step(self, i: int) -> None:
-        """Decode example i (batched: examples i to i + batch - 1, in one call, each row's
-        latency_s the call's time over its rows, batch_s the call's time)."""
+        """Decode example i (batched: examples i to i + batch - 1, in one call; each row's
+        latency_s, small_s and large_s are the call's times over its rows, batch_s the call's
+        time, so that analysis.summarize reads every batch size alike)."""
         j = self.job
         ids = range(i, min(i + self.batch, len(j.examples)))
         if self.batch == 1:
@@ -64,6 +65,10 @@ class _Run:
             outs, bt, dt = measure.timed_batch(j.config, j.models, [self.encode(k) for k in ids],
                                                j.preset.max_new_tokens)  # fmt: skip
             done, extra = list(zip(outs, bt.rows, strict=True)), {"batch_s": dt, "batch_size": self.batch}
+            # per row, as latency_s: the batch's call time split evenly over its rows (a row's own
+            # Trace holds the whole time of every batched call it took part in)
+            c = bt.counters()
+            extra |= {"small_s": c["small_s"] / len(done), "large_s": c["large_s"] / len(done)}
         for k, (out_ids, tr) in zip(ids, done, strict=True):
             src, ref = j.examples.pairs[k]
             row = {"id": k, "source": src, "reference": ref, "output": self.tok.decode(out_ids)}
@@ -138,16 +143,23 @@ def compute(
         bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
         report("total", left)
         report("finished", len(out))
-        for e in range(min((len(r.rows) for r in runs.values()), default=n), n, B):
+        try:
+            for e in range(min((len(r.rows) for r in runs.values()), default=n), n, B):
+                for r in runs.values():
+                    if len(r.rows) == e:  # resumed runs skip the examples they already hold
+                        r.step(e)
+                        k = min(B, n - e)
+                        bar.update(k)
+                        report("done", k)
+                        if (e + k) // flush_every > e // flush_every and e + k < n:
+                            r.flush()
+        except BaseException:  # an error or an interrupt: keep every finished row for the resume
             for r in runs.values():
-                if len(r.rows) == e:  # resumed runs skip the examples they already hold
-                    r.step(e)
-                    k = min(B, n - e)
-                    bar.update(k)
-                    report("done", k)
-                    if (e + k) // flush_every > e // flush_every and e + k < n:
-                        r.flush()
-        bar.close()
+                if r.rows:
+                    r.flush()
+            raise
+        finally:
+            bar.close()
         for i, r in runs.items():
             out[i] = r.finish()
             report("finished", 1)

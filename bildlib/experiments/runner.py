@@ -6,13 +6,14 @@ sweep; each configuration first decodes `warmup` examples untimed; every configu
 the same examples, interleaved: example by example, each configuration in turn
 (experiments.interleave); each example's latency is the wall time of its decode call
 (synchronised on GPU). With batch_size > 1 (decoding.batch) a call decodes a chunk of examples,
-chunk by chunk interleaved, and each example's latency is its chunk's time over the chunk's
-size. Vanilla large runs in the same sweep `baseline_repeats` times, and
-normalized latency = mean latency of a configuration / mean vanilla-large latency over the same
-examples (analysis.summarize; averaged over the repeats, whose spread is reported).
+chunk by chunk interleaved, and each example's latency is its chunk's time over the chunk's size
+(its small_s and large_s likewise: the chunk's model-call times over its size). Vanilla large
+runs in the same sweep `baseline_repeats` times, and normalized latency = mean latency of a
+configuration / mean vanilla-large latency over the same examples (analysis.summarize; averaged
+over the repeats, whose spread is reported).
 
-A configuration interrupted part-way keeps its finished examples in <key>.partial.parquet and
-resumes from there.
+A configuration interrupted part-way, or stopped by an error, keeps its finished examples in
+<key>.partial.parquet and resumes from there.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ class Models:
         return self.get(which).model.dtype
 
     def identity(self, which: str) -> str:
-        """What the results depend on: the weights' hash (local) or the hub commit."""
+        """What the results depend on: the hash of the weights, config, generation config and
+        tokenizer files (local; cache.model_files) or the hub commit."""
         path = Path(self.preset.model(which))
         if path.is_dir():
-            return "sha256:" + cache.weights_hash(path)
+            return "sha256:" + cache.model_hash(path)
         commit = getattr(self.get(which).model.config, "_commit_hash", None)
         return f"hub:{self.preset.model(which)}@{commit}"
 

@@ -52,6 +52,7 @@ class Looped:
     def __init__(self, lm, rows: int):
         self.lm, self.capacity = lm, rows
         self.row = [_clone(lm) for _ in range(rows)]
+        self.n = 0  # rows in use: the sources of the last start()
         self.eos, self.name, self.device = lm.eos, lm.name, lm.device
 
     @property
@@ -60,12 +61,15 @@ class Looped:
 
     @property
     def ids(self) -> list[list[int]]:
-        return [m.ids for m in self.row]
+        return [m.ids for m in self.row[: self.n]]
 
     def start(self, sources: list) -> list[int]:
+        """Take B <= capacity sources: rows 0 to B - 1 start on them (a last, shorter chunk
+        leaves the other rows idle)."""
         _check_capacity(self, len(sources))
         xs = [s[0].tolist() if isinstance(s, torch.Tensor) else s for s in sources]  # as bild passes them
-        return [m.start(x) for m, x in zip(self.row, xs, strict=True)]
+        self.n = len(xs)
+        return [m.start(x) for m, x in zip(self.row, xs, strict=False)]
 
     def forward(self, rows: list[int], tokens: list[list[int]]) -> list[torch.Tensor]:
         return [self.row[r].forward(t)[:, : self.width] for r, t in zip(rows, tokens, strict=True)]

@@ -34,14 +34,15 @@ def locate(name: str | Path) -> str:
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """ "auto" -> cuda when available, else cpu; asking for cuda without it is an error."""
-    if isinstance(device, torch.device):
-        return device
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        dev = torch.device(device)
+        dev = device if isinstance(device, torch.device) else torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device must be cpu, cuda, cuda:N or auto; got {device!r}") from e
+    if dev.type not in ("cpu", "cuda"):  # meta holds no weights; mps, xpu, ... are untested here
+        raise ValueError(f"device must be cpu, cuda, cuda:N or auto; got {device!r} (bildlib runs on "
+                         "CPUs and CUDA GPUs)")  # fmt: skip
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but CUDA is not available")
     return dev
