@@ -205,11 +205,38 @@ if __name__ == "__main__":
 
 # -- README and docs blocks (bildlib.report), from the committed files --------------------------
 SHOWN = ["vanilla large", "BiLD lossless", "BiLD best", "speculative"]
+VAL_SENTENCES = 1014  # Multi30k val (data.multi30k)
+
+
+def _sentences(n: int) -> str:
+    """How many val sentences a run used, as counted from its file."""
+    if n == VAL_SENTENCES:
+        return f"all {n:,} val sentences"
+    return f"the first {n:,} of {VAL_SENTENCES:,} val sentences"
+
+
+def _throughput(root: Path) -> pd.DataFrame:
+    """throughput.csv, checked to hold every value the blocks show: each batch size with every
+    decoder of the table, batch 1 among them (the verdict compares with it)."""
+    from bildlib.report import ReportError, _csv, _valid
+
+    t = _csv(root, f"{OUT}/throughput.csv")
+    _valid(t, ["batch", "decoder", "batched", "sentences_per_s"])
+    _valid(t, ["speedup", "speedup_lo", "speedup_hi"], t["decoder"].isin(SHOWN[1:]))
+    want = [*SHOWN, "BiLD best, per sentence"]
+    for B, g in t.groupby("batch"):
+        if missing := [d for d in want if d not in set(g["decoder"])]:
+            raise ReportError(f"{OUT}/throughput.csv: batch {B} has no row for {', '.join(missing)}; "
+                              "rerun make bench-batch")  # fmt: skip
+    if 1 not in set(t["batch"]):
+        raise ReportError(f"{OUT}/throughput.csv: no batch 1 (the blocks compare with it); "
+                          "rerun make bench-batch")  # fmt: skip
+    return t
 
 
 def _run_line(j: dict) -> str:
     m = j["machine"]["device"]
-    return f"n = {j['n']} val sentences, {j['dtype']}, {m} ({j['threads']} threads): `{j['command']}`"
+    return f"n = {_sentences(j['n'])}, {j['dtype']}, {m} ({j['threads']} threads): `{j['command']}`"
 
 
 def _fmt(r: pd.Series) -> str:
@@ -221,7 +248,7 @@ def block(root: Path = REPO_ROOT) -> str:
     large at the same batch size [95 %], and what the table says."""
     from bildlib.report import _json, _table
 
-    t, j = pd.read_csv(root / OUT / "throughput.csv"), _json(root, f"{OUT}/throughput.json")
+    t, j = _throughput(root), _json(root, f"{OUT}/throughput.json")
     rows = []
     for B, g in t.groupby("batch"):
         g = g.set_index("decoder")
@@ -257,7 +284,7 @@ def detail_block(root: Path = REPO_ROOT) -> str:
     """docs/batching.md: the per-call breakdown of every batched decoder at every batch size."""
     from bildlib.report import _table
 
-    t = pd.read_csv(root / OUT / "throughput.csv")
+    t = _throughput(root)
     t = t[t["batched"]].copy()
     v = t["decoder"] == "vanilla large"  # its one model's calls count as small in its Trace, as at batch 1
     swap = [("small_calls_per_sentence", "large_calls_per_sentence"),
@@ -280,16 +307,20 @@ def detail_block(root: Path = REPO_ROOT) -> str:
 
 def exact_block(root: Path = REPO_ROOT) -> str:
     """docs/batching.md: the full-val exactness check."""
-    from bildlib.report import _json
+    from bildlib.report import ReportError, _json
 
     j = _json(root, f"{OUT}/exact.json")
+    if not j["cases"]:
+        raise ReportError(f"{OUT}/exact.json: no cases; rerun make bench-batch")
     cases = j["cases"].items()
     parts = [f"{name} (`{_kw(c['settings'])}`)" if c["settings"] else name for name, c in cases]
     same = [c["rows"] - len(c["differ"]) for c in j["cases"].values()]
     lines = [f"- {p}: {k} of {c['rows']} rows equal"
              for p, k, c in zip(parts, same, j["cases"].values(), strict=True)]  # fmt: skip
     m = j["machine"]
-    return "\n".join([f"*All of val at batch {j['batch']}, {j['dtype']}, {m['device']} "
+    n = sorted({c["rows"] for c in j["cases"].values()})
+    what = _sentences(n[0]) if len(n) == 1 else f"{', '.join(map(str, n))} val sentences"
+    return "\n".join([f"*{what[0].upper() + what[1:]} at batch {j['batch']}, {j['dtype']}, {m['device']} "
                       f"({j['threads']} threads), "
                       f"`{j['command']}`:*", "", *lines])  # fmt: skip
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bildlib.report import _csv, _json, _num, _run, _table
+from bildlib.report import _csv, _json, _num, _run, _table, _valid
 
 RUNS = {"bfloat16": "figures/peers/val", "float32": "figures/peers/val-float32"}  # make bench
 TOL, DTYPE_TOL = 0.5, 0.1
@@ -31,8 +31,12 @@ def _goal(key: str) -> str:
 
 
 def _bild(every: pd.DataFrame) -> tuple[pd.DataFrame, float]:
-    """(the run's lean BiLD rows with their end rule, vanilla large's score)."""
-    b = every[(every["method"] == "bild") & (every["ran_on"] == "lean")]
+    """(the run's lean BiLD rows with their end rule, vanilla large's score); the values the blocks
+    show are checked present and finite (report._valid names the file and column)."""
+    _valid(every, ["label", "method", "model", "ran_on", "score", "ms"])
+    lean = (every["method"] == "bild") & (every["ran_on"] == "lean")
+    _valid(every, ["fallback", "rollback", "speedup_same_engine", "speedup_lo", "speedup_hi"], lean)
+    b = every[lean]
     return b.assign(rule=b.apply(end_rule, axis=1)), vanilla_score(every)
 
 

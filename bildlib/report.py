@@ -12,30 +12,86 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bildlib import REPO_ROOT, data
 
+NOT_A_NUMBER = re.compile(r"\b(?:nan|inf|infinity)\b", re.I)
 BLOCK = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
+
+
+class ReportError(ValueError):
+    """A committed file holds a value a block cannot render honestly: a missing field or column,
+    NaN or infinity where a number is shown. The message names the file and the field."""
 
 
 def _csv(root: Path, path: str) -> pd.DataFrame:
     f = root / path
     if not f.is_file():
         raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
-    return pd.read_csv(f)
+    t = pd.read_csv(f)
+    t.attrs["path"] = path
+    return t
 
 
 def _json(root: Path, path: str) -> dict:
     f = root / path
     if not f.is_file():
         raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
-    return json.loads(f.read_text())
+    doc = json.loads(f.read_text())
+    _finite(doc, path, "")
+    return Fields(path, doc)
+
+
+class Fields(dict):
+    """A JSON object the report reads: a missing field is a ReportError naming the file."""
+
+    def __init__(self, path: str, doc: dict):
+        super().__init__({k: Fields(f"{path}: {k}", v) if isinstance(v, dict) else v for k, v in doc.items()})
+        self.path = path
+
+    def __missing__(self, key):
+        raise ReportError(f"{self.path}: field {key!r} is missing; rerun the command that writes it")
+
+
+def _finite(x, path: str, where: str) -> None:
+    """Every number in a JSON document is finite (json writes NaN and Infinity unquoted)."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            _finite(v, path, f"{where}.{k}" if where else str(k))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            _finite(v, path, f"{where}[{i}]")
+    elif isinstance(x, float) and not math.isfinite(x):
+        raise ReportError(f"{path}: field {where!r} is {x}, not a number the report can show")
+
+
+def _valid(t: pd.DataFrame, cols: list[str], rows: pd.Series | None = None) -> pd.DataFrame:
+    """Check that every value of cols (in rows, a mask over t; default all) is present and, where
+    numeric, finite; a ReportError names the file (t.attrs["path"]), the column and the row."""
+    path = t.attrs.get("path", "a table")
+    mask = pd.Series(True, index=t.index) if rows is None else rows.reindex(t.index, fill_value=False)
+    for c in cols:
+        if c not in t.columns:
+            raise ReportError(f"{path}: column {c!r} is missing; rerun the command that writes it")
+        v = t.loc[mask, c]
+        bad = v.isna()
+        if pd.api.types.is_numeric_dtype(v) and not pd.api.types.is_bool_dtype(v):
+            bad |= ~np.isfinite(v.astype(float))
+        if bad.any():
+            i = bad[bad].index[0]
+            who = next((f" ({t.at[i, k]})" for k in ("label", "model", "decoder", "row", "variant")
+                        if k in t.columns and isinstance(t.at[i, k], str)), "")  # fmt: skip
+            raise ReportError(f"{path}: column {c!r} is {t.at[i, c]} in row {i}{who}, where the report "
+                              "shows a number; rerun the command that writes the file")  # fmt: skip
+    return t
 
 
 def _num(x, fmt: str = ".2f", unit: str = "") -> str:
@@ -68,6 +124,10 @@ def _run(checks: dict) -> str:
 
 
 def _regimes(t: pd.DataFrame, rule: str) -> str:
+    vanilla = t["regime"].isna()
+    empty = ~vanilla & t[["score", "speedup", "fallback", "rollback"]].isna().all(axis=1)  # none qualifies
+    _valid(t, ["model", "rule", "score", "speedup"], ~empty)
+    _valid(t, ["delta", "fallback", "rollback", "verify_end"], ~empty & ~vanilla)
     rows = []
     for _, r in t[t["rule"] == rule].iterrows():
         fb = "" if pd.isna(r.get("fallback")) else f"{r['fallback']:g}"
@@ -102,6 +162,8 @@ def headline(root: Path) -> str:
 
 def fig5(root: Path) -> str:
     t, c = _csv(root, "figures/fig5_best.csv"), _json(root, "figures/fig5_checks.json")
+    _valid(t, ["variant", "pick"])
+    _valid(t, ["score", "delta", "speedup"], t["label"].notna())
     rows = []
     for _, r in t[~t["pick"].str.contains("point rule")].iterrows():
         what = r["label"] if isinstance(r.get("label"), str) else "none"
@@ -122,6 +184,10 @@ def tables34(root: Path) -> str:
     out = []
     for name in ("table3", "table4"):
         t = _csv(root, f"figures/{name}.csv")
+        _valid(t, ["mode", "seeds", "method", "score", "speedup"])
+        _valid(t, ["score_std", "speedup_std"], t["seeds"] > 1)
+        _valid(t, ["delta"], t["seeds"] == 1)
+        _valid(t, ["fallback_pct", "rollback_pct", "large_call_pct"], t["method"] != "Vanilla (large)")
         rows = []
         for _, r in t.iterrows():
             if r["seeds"] > 1:
@@ -149,6 +215,9 @@ def tables34(root: Path) -> str:
 
 def table5(root: Path) -> str:
     t = _csv(root, "figures/table5.csv")
+    has = t["score_mean"].notna()
+    _valid(t, ["row", "score_std", "speedup_mean", "speedup_std", "seeds"], has)
+    _valid(t, ["fallback_pct", "rollback_pct"], has & (t["row"] != "Vanilla (large)"))
     rows = []
     for _, r in t[t["score_mean"].notna()].iterrows():
         van = r["row"] == "Vanilla (large)"
@@ -167,6 +236,8 @@ def fig8(root: Path) -> str:
         _csv(root, "figures/fig8_roofline.csv"),
         _json(root, "figures/fig8_checks.json"),
     )
+    _valid(t, ["pair", "flops_rel", "bytes_rel", "intensity_rel"], t["run"] != "vanilla large")
+    _valid(p, ["pair", "layer_overhead_us", "gpu", "speedup"])
     b = t[t["run"] != "vanilla large"]
     rows = [[r["pair"], f"{r['flops_rel']:.2f}×", f"{r['bytes_rel']:.2f}×", f"{r['intensity_rel']:.2f}×"]
             for _, r in b.iterrows()]  # fmt: skip
@@ -188,8 +259,9 @@ def fig8(root: Path) -> str:
 def peers(root: Path, folder: str = "figures/peers") -> str:
     """The peers table (peers.ipynb); its run from its _checks.json, where the run wrote one."""
     t = _csv(root, f"{folder}/peers.csv")
+    _valid(t, ["decoder", "score", "ms", "speedup_same_engine", "speedup_vs_generate"])
     checks = root / folder / "peers_checks.json"
-    run = (f"*{_run(json.loads(checks.read_text()))}.*\n\n" if checks.is_file() else
+    run = (f"*{_run(_json(root, f'{folder}/peers_checks.json'))}.*\n\n" if checks.is_file() else
            f"*An earlier run, from before the notebooks recorded their checks (`{folder}` has no "
            "peers_checks.json), so its CSV does not name its dtype; make bench reruns it.*\n\n")  # fmt: skip
     iv = "speedup_lo" in t  # runs since issue 28 have the speedup's interval and the calls
@@ -215,6 +287,8 @@ def peers_val_fp32(root: Path) -> str:
 def early_exit(root: Path) -> str:
     b, m = _csv(root, "figures/fig7_best.csv"), _csv(root, "figures/fig7_matched.csv")
     c6, c7 = _json(root, "figures/fig6_checks.json"), _json(root, "figures/fig7_checks.json")
+    _valid(b, ["curve", "within", "score", "delta", "speedup"])
+    _valid(m, ["speedup"])
     rows = [[r["curve"], f"{r['within']:g}", str(r.get("label", "")), _ci(r, "score"),
              _ci(r, "delta", "+.2f"), _ci(r, "speedup", ".2f", "×")] for _, r in b.iterrows()]  # fmt: skip
     mrow = [[f"{r['speedup']:.2f}×", _num(r["bild"]), _num(r["calm"]), _num(r["bild_minus_calm"], "+.2f")]
@@ -305,14 +379,22 @@ def render(text: str, root: Path = REPO_ROOT) -> str:
         name = m["name"]
         if name not in BLOCKS:
             raise ValueError(f"README block {name!r} has no generator in bildlib.report.BLOCKS")
-        return m.group(1) + BLOCKS[name](root).rstrip() + "\n" + m.group(4)
+        body = BLOCKS[name](root).rstrip()
+        if bad := NOT_A_NUMBER.search(body):  # a value no check above caught: never print it
+            raise ReportError(f"block {name!r} would show {bad[0]!r}: a file it reads holds a NaN or "
+                              f"an infinity ({body[max(0, bad.start() - 60) : bad.end() + 20]!r})")
+        return m.group(1) + body + "\n" + m.group(4)
 
     return BLOCK.sub(one, text)
 
 
 def stale(text: str, root: Path = REPO_ROOT) -> list[str]:
     """The names of the blocks of text that differ from what the files under root give."""
-    new = {m["name"]: m["body"] for m in BLOCK.finditer(render(text, root))}
+    return _differ(text, render(text, root))
+
+
+def _differ(text: str, rendered: str) -> list[str]:
+    new = {m["name"]: m["body"] for m in BLOCK.finditer(rendered)}
     return [m["name"] for m in BLOCK.finditer(text) if new[m["name"]] != m["body"]]
 
 
@@ -332,16 +414,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=REPO_ROOT, help="the repository (its FILES and figures)")
     a = ap.parse_args(argv)
     bad = 0
+    try:
+        rendered = {name: render((a.root / name).read_text(), a.root) for name in FILES}
+    except (ReportError, FileNotFoundError) as e:
+        print(f"make report: {e}", file=sys.stderr)
+        return 2
     for name in FILES:
         path = a.root / name
         text = path.read_text()
         if a.check:
-            if stale_blocks := stale(text, a.root):
+            if stale_blocks := _differ(text, rendered[name]):
                 print(f"{name}: stale block(s) {', '.join(stale_blocks)}: run make report", file=sys.stderr)
                 bad = 1
             continue
         with data.atomic_path(path) as tmp:
-            tmp.write_text(render(text, a.root))
+            tmp.write_text(rendered[name])
         print(f"{name}: {len(BLOCK.findall(text))} blocks regenerated")
     if a.check and not bad:
         print(f"{', '.join(FILES)}: every block matches the committed files")

@@ -110,6 +110,9 @@ def block(root) -> str:
     from bildlib import report as R
 
     t, c = R._csv(root, "figures/table2_lm.csv"), R._json(root, "figures/table2_lm_checks.json")
+    R._valid(t, ["row", "perplexity", "fallback_pct", "gen_speedup", "gen_score", "gen_fallback_pct"])
+    R._valid(t, ["preset"])
+    R._valid(t, ["fallback"], ~t["row"].str.startswith("vanilla"))
     rows = [[r["row"], R._num(r["fallback"], "g"), R._num(r["perplexity"]), R._num(r["fallback_pct"], ".1f"),
              R._ci(r, "gen_speedup", ".2f", "×"), R._num(r["gen_score"]),
              R._num(r["gen_fallback_pct"], ".1f")] for _, r in t.iterrows()]  # fmt: skip

@@ -97,3 +97,68 @@ def test_committed_summaries_name_their_run_and_carry_intervals(csv):
     assert {"dtype", "ran_on", "device_name", "n"} <= set(s) and s["dtype"].notna().all()
     assert s[["score_lo", "score_hi", "speedup_lo", "speedup_hi", "delta_lo", "delta_hi"]].notna().all().all()
     assert (s["score_lo"] <= s["score"] + 1e-9).all() and (s["score"] <= s["score_hi"] + 1e-9).all()
+
+
+# --- make report refuses what it cannot render honestly ------------------------------------------
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of what make report reads and writes: FILES, figures/ and the models' cards."""
+    shutil.copytree(REPO / "figures", tmp_path / "figures")
+    shutil.copytree(REPO / "data" / "checkpoints" / "cards", tmp_path / "data" / "checkpoints" / "cards")
+    shutil.copy(REPO / "data" / "checkpoints" / "pair.json", tmp_path / "data" / "checkpoints")
+    for f in report.FILES:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / f, tmp_path / f)
+    return tmp_path
+
+
+def _bild_row(t):
+    return t.index[(t["model"] == "BiLD (aligned)") & t["score"].notna()][0]
+
+
+@pytest.mark.parametrize("column", ["score", "fallback", "speedup"])
+def test_a_nan_in_table1_fails_naming_the_file_and_column(tree, capsys, column):
+    f = tree / "figures" / "table1.csv"
+    t = pd.read_csv(f)
+    t.loc[_bild_row(t), column] = float("nan")
+    t.to_csv(f, index=False)
+    with pytest.raises(report.ReportError, match=rf"figures/table1.csv: column '{column}' is nan in row \d+"):
+        report.render(README, tree)
+    assert report.main(["--check", "--root", str(tree)]) == 2
+    assert f"figures/table1.csv: column '{column}'" in capsys.readouterr().err
+    assert report.main(["--root", str(tree)]) == 2  # nothing written
+    assert (tree / "README.md").read_text() == README
+
+
+def test_a_nan_or_missing_field_in_a_checks_file_fails_naming_it(tree):
+    f = tree / "figures" / "fig4_checks.json"
+    c = json.loads(f.read_text())
+    f.write_text(json.dumps(c | {"baseline ms": float("nan")}))
+    with pytest.raises(report.ReportError, match="figures/fig4_checks.json: field 'baseline ms' is nan"):
+        report.render(README, tree)
+    f.write_text(json.dumps({k: v for k, v in c.items() if k != "baseline ms"}))
+    with pytest.raises(report.ReportError, match="figures/fig4_checks.json: field 'baseline ms' is missing"):
+        report.render(README, tree)
+
+
+def test_a_partial_batch_run_fails_and_counts_are_stated(tree):
+    f = tree / "figures" / "batch" / "throughput.csv"
+    t = pd.read_csv(f)
+    t[t["batch"] == 2].to_csv(f, index=False)
+    with pytest.raises(report.ReportError, match="throughput.csv: no batch 1"):
+        report.render(README, tree)
+    e = tree / "figures" / "batch" / "exact.json"
+    j = json.loads(e.read_text())
+    for c in j["cases"].values():
+        c["rows"] = 8
+    e.write_text(json.dumps(j))
+    text = report.BLOCKS["batch-exact"](tree)
+    assert text.startswith("*The first 8 of 1,014 val sentences at batch 8") and "All" not in text
+
+
+def test_no_block_ever_prints_nan(tree, monkeypatch):
+    monkeypatch.setitem(report.BLOCKS, "tutorial", lambda root: "5 of nan checks pass")
+    with pytest.raises(report.ReportError, match="block 'tutorial' would show 'nan'"):
+        report.render((REPO / "docs" / "teaching.md").read_text(), tree)
