@@ -13,7 +13,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint fig4 fig4-authors figures figures-full headline report bench bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -30,15 +30,18 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
-# Notebooks run with papermill; executed copies go to build/notebooks (git-ignored), figures to
-# figures/ (a run with other parameters writes to build/figures/<run>/ unless given out_dir). Sweeps are cached in
-# data/results, keyed by their members: fig10, fig8 and latency_scatter reuse fig4's sweep.
+# Notebooks run with papermill; executed copies go to build/notebooks (git-ignored). Only these
+# targets write figures/, and only with the notebooks' default parameters (PUBLISH); a notebook run
+# in Jupyter or by papermill writes to build/figures/<notebook>/, as a target given PRESET or DEVICE
+# does. Sweeps are cached in data/results, keyed by their members: fig10, fig8 and latency_scatter
+# reuse fig4's sweep.
 NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8 peers
 # A paper preset on a GPU: make figures PRESET=cnndm-t5 DEVICE=cuda (prints bildlib.plan's projection first).
 PRESET ?=
 DEVICE ?=
 PM_ARGS += $(if $(PRESET),-p preset $(PRESET)) $(if $(DEVICE),-p device $(DEVICE))
-PAPERMILL = $(BIN)/papermill --cwd . $(PM_ARGS)
+PUBLISH = $(if $(PRESET)$(DEVICE),,-p out_dir figures)
+PAPERMILL = $(BIN)/papermill --cwd . $(PUBLISH) $(PM_ARGS)
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
@@ -70,11 +73,25 @@ headline: $(STAMP)
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/full $(HEADLINE_GRID) \
 	  notebooks/fig4.ipynb build/notebooks/fig4-full.ipynb
 
-# The course tutorial (docs/teaching.md) with every exercise filled in by its solution: the trace
-# picture, the sweep and tutorial_checks.json into figures/ (under 2 min on 2 CPU cores).
-tutorial: $(STAMP)
+# The course tutorial (docs/teaching.md) with every exercise filled in by its solution: the nbgrader
+# source notebook (make course) run into figures/ (the trace picture, the sweep and
+# tutorial_checks.json; under 2 min on 2 CPU cores).
+tutorial: course
 	@mkdir -p build/notebooks
-	$(PAPERMILL) -p solutions True -p out_dir figures notebooks/tutorial.ipynb build/notebooks/tutorial.ipynb
+	$(PAPERMILL) -p out_dir figures $(COURSE)/source/tutorial/tutorial.ipynb build/notebooks/tutorial.ipynb
+
+# The tutorial as an nbgrader course in build/course (docs/teaching.md): source/ with the solutions
+# (course/solutions.py), locked cells and hidden tests; release/ for students. Then
+# make grade SUBMISSIONS=folder (one folder per student) autogrades with TIMEOUT s per cell,
+# writes HTML feedback and build/course/grades.csv.
+COURSE ?= build/course
+TIMEOUT ?= 300
+course: $(STAMP)
+	$(BIN)/python -m bildlib.tutorial.course build --out $(COURSE) --timeout $(TIMEOUT)
+
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "make grade SUBMISSIONS=folder: one folder per student, each with its notebook"; exit 2; }
+	$(BIN)/python -m bildlib.tutorial.course grade $(SUBMISSIONS) --out $(COURSE) --timeout $(TIMEOUT)
 
 # The paper presets offline (docs/paper-checkpoints.md): every paper preset through every notebook that
 # takes it, on random models of the checkpoints' shapes and datasets in the hub's schema, n = 2, CPU,
@@ -113,8 +130,8 @@ bench-grid: $(STAMP)
 # (float32), then sentences per second at batch 1-32 on the first 512 val sentences, into
 # figures/batch/ (about 3 + 15 min on 2 CPU cores; an interrupted run resumes per batch size).
 bench-batch: $(STAMP)
-	$(BIN)/python -m bildlib.batchbench --check
-	$(BIN)/python -m bildlib.batchbench
+	$(BIN)/python -m bildlib.batchbench --check --out figures/batch
+	$(BIN)/python -m bildlib.batchbench --out figures/batch
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

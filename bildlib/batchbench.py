@@ -1,7 +1,11 @@
-"""Issue 30's throughput benchmark and exactness check: `make bench-batch`.
+"""The batch > 1 throughput benchmark and exactness check (docs/batching.md): `make bench-batch`.
 
     python -m bildlib.batchbench [--n 512] [--batches 1,2,4,8,16,32] [--dtype float32] [--out DIR]
     python -m bildlib.batchbench --check      # every row of all of val at batch 8, fp32
+
+A run writes to build/figures/batch/ unless --out names a folder; figures/batch/, the committed
+run the README's blocks read, takes only a run with the default parameters (make bench-batch
+passes it), so a trial run never overwrites a committed result.
 
 Throughput: the first n val sentences, cut into chunks of B. For each B, every decoder runs
 every chunk, interleaved chunk by chunk (the order rotating per chunk), after one untimed
@@ -40,7 +44,8 @@ from bildlib.evaluate import device_name, machine
 from bildlib.models import load_pair
 from bildlib.report import REPO_ROOT
 
-OUT = "figures/batch"
+OUT = "figures/batch"  # the committed run (make bench-batch)
+TRIAL = "build/figures/batch"  # any other
 CK = REPO_ROOT / "data" / "checkpoints"
 PEERS = bench.RUNS["float32"]  # the committed run the BiLD settings come from
 
@@ -155,17 +160,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", action="store_true", help="all of val at batch 8 against batch 1 (fp32)")
-    ap.add_argument("--out", default=OUT, help=f"output folder (default {OUT})")
+    ap.add_argument("--out", default=TRIAL, help=f"output folder, relative paths from the repository root "
+                    f"(default {TRIAL}; make bench-batch: {OUT})")
     a = ap.parse_args(argv)
-    batches = [int(b) for b in a.batches.split(",")]
+    try:
+        batches = [int(b) for b in a.batches.split(",")]
+    except ValueError:
+        ap.error(f"--batches must be integers separated by commas, got {a.batches!r}")
     if a.n is not None and a.n < 1 or any(b < 1 for b in batches):
         ap.error("--n and every --batches entry must be >= 1")
+    if (REPO_ROOT / a.out).resolve() == (REPO_ROOT / OUT).resolve():
+        keys = ("n", "batches", "dtype", "threads")
+        changed = [f"--{k}" for k in keys if getattr(a, k) != ap.get_default(k)]
+        if changed:
+            ap.error(f"--out {OUT} holds the committed run, made with the default parameters; with "
+                     f"{', '.join(changed)} write elsewhere (the default, {TRIAL})")  # fmt: skip
     torch.set_num_threads(a.threads)
     dtype = "float32" if a.check else a.dtype
     small, large = load_pair(CK / "multi30k-small-aligned", CK / "multi30k-large", dtype=dtype)
     split = data.load("multi30k", "val", a.n if a.n or a.check else 512)
     srcs = [small.encode(x) for x in split.sources]
-    s, out = settings(), Path(a.out)
+    s, out = settings(), REPO_ROOT / a.out
     cmd = "python -m bildlib.batchbench " + " ".join(sys.argv[1:] if argv is None else argv)
     run = {"machine": machine() | {"device": device_name(torch.device("cpu"))}, "dtype": dtype,
            "threads": a.threads, "settings": s, "command": cmd.strip()}  # fmt: skip

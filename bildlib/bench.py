@@ -1,5 +1,5 @@
-"""Issue 28's benchmarks, read from `make bench`'s two committed peers runs (all of Multi30k val,
-one per dtype): which dtype is the default, and whether BiLD reaches its three targets.
+"""The speed benchmarks (docs/results.md), read from `make bench`'s two committed peers runs (all
+of Multi30k val, one per dtype): which dtype is the default, and whether BiLD reaches its three targets.
 
 - dtype: the default is "auto" (bf16 where the CPU computes it natively) if vanilla large keeps
   its BLEU within DTYPE_TOL of float32 and decodes faster (models.resolve_dtype).
@@ -154,7 +154,7 @@ def _target_rows(t: dict) -> list[list[str]]:
 
 
 def targets_block(root: Path) -> str:
-    """Issue 28's three benchmarks in each dtype, and the per-call breakdown."""
+    """The three speed benchmarks in each dtype, and the per-call breakdown."""
     out = []
     for name, folder in RUNS.items():
         every, c = _csv(root, f"{folder}/peers_all.csv"), _json(root, f"{folder}/peers_checks.json")

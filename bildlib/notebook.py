@@ -49,18 +49,19 @@ def check_parameters(name: str, values: dict) -> None:
 
 def outputs(name: str, values: dict) -> Path:
     """The folder a notebook's figures and tables go to. values: the notebook's variables
-    (globals()). An out_dir given: that folder (relative paths from the repository root). Empty:
-    figures/ for the default run (every parameter as in the parameters cell), whose outputs are
-    committed; any other run goes to build/figures/<name>-<hash of its parameters>/, so a trial
-    run never overwrites a committed figure. Prints where the outputs go."""
+    (globals()). An out_dir given: that folder (relative paths from the repository root); the
+    make targets that publish results pass figures/ (or a folder in it). Empty: build/figures/<name>/
+    for the parameters cell's values, build/figures/<name>-<hash of the changed ones>/ for any
+    other run, so that running a notebook in Jupyter or papermill never touches a tracked file.
+    Prints where the outputs go."""
     d = defaults(name)
     run = {k: values[k] for k in d}
+    changed = {k: v for k, v in run.items() if k not in PLACES and v != d[k]}
     if run["out_dir"]:
         out = REPO_ROOT / run["out_dir"]  # an absolute out_dir stays as it is
-    elif all(run[k] == d[k] for k in d if k not in PLACES):
-        out = REPO_ROOT / "figures"
+    elif not changed:
+        out = REPO_ROOT / "build" / "figures" / name
     else:
-        changed = {k: v for k, v in run.items() if k not in PLACES and v != d[k]}
         tag = hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:8]
         out = REPO_ROOT / "build" / "figures" / f"{name}-{tag}"
         print(f"not the default run ({', '.join(f'{k}={v!r}' for k, v in changed.items())})")

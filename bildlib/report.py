@@ -264,7 +264,7 @@ def peers(root: Path, folder: str = "figures/peers") -> str:
     run = (f"*{_run(_json(root, f'{folder}/peers_checks.json'))}.*\n\n" if checks.is_file() else
            f"*An earlier run, from before the notebooks recorded their checks (`{folder}` has no "
            "peers_checks.json), so its CSV does not name its dtype; make bench reruns it.*\n\n")  # fmt: skip
-    iv = "speedup_lo" in t  # runs since issue 28 have the speedup's interval and the calls
+    iv = "speedup_lo" in t  # newer runs have the speedup's interval and the calls
     named = {"speedup_lo": "speedup_same_engine_lo", "speedup_hi": "speedup_same_engine_hi"}
     speed = [_ci(r.rename(named), "speedup_same_engine", ".2f", "×") for _, r in t.iterrows()]
     rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", sp, f"{r['speedup_vs_generate']:.2f}×"]

@@ -17,7 +17,7 @@ from bildlib.experiments import Config, bild, speculative, vanilla
 from bildlib.models import load_model
 from bildlib.train import causal
 
-# arXiv v1 (2302.07863v1) Table 2, GPT-2 on WikiText-2, as issue 29 quotes it (not re-read from
+# arXiv v1 (2302.07863v1) Table 2, GPT-2 on WikiText-2, as quoted to this project (not re-read from
 # the PDF here): perplexity and latency normalized to vanilla large (1 / speedup).
 V1 = pd.DataFrame(
     {"row": ["vanilla large", "BiLD", "BiLD"], "perplexity": [13.70, 13.53, 14.56],
@@ -123,7 +123,7 @@ def block(root) -> str:
         f"large's tokens on {c['exact BiLD = vanilla large, % of examples']:.0f} % of the prompts.*", "",
         R._table(["row", "α_FB", "perplexity", "tokens scored by the large model %",
                   "generating: speedup [95 %]", "BLEU", "fallbacks per token %"], rows),
-        "", f"arXiv v1 Table 2 (GPT-2 on WikiText-2, as issue 29 quotes it): {v1}.",
+        "", f"arXiv v1 Table 2 (GPT-2 on WikiText-2, quoted, not re-read from the PDF here): {v1}.",
     ])  # fmt: skip
 
 

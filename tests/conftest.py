@@ -27,6 +27,16 @@ def run_python(code: str, cwd: Path, env: dict | None = None) -> subprocess.Comp
     return proc
 
 
+def course_solutions():
+    """course/solutions.py, the tutorial's solutions: outside the package, loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_solutions", REPO / "course" / "solutions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     """The folder holding the real Multi30k files. Absent, the test is skipped with a reason,

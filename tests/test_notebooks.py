@@ -174,20 +174,41 @@ def test_a_missing_early_exit_model_names_the_command_that_builds_it(tmp_path):
     assert proc.returncode != 0 and "make models-ee" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
-def test_only_the_default_run_writes_to_figures(capsys):
+def test_no_notebook_run_writes_to_figures_unless_asked(capsys):
+    """A run in Jupyter or papermill writes build/figures/<notebook>/ (other parameters: a folder
+    of their own); figures/ only when out_dir says so, as the make targets do."""
     from bildlib import REPO_ROOT, notebook
 
     d = notebook.defaults("fig4")
     assert d["n_examples"] == 100 and d["out_dir"] == "" and d["rules"] == "ours"
-    assert notebook.outputs("fig4", d) == REPO_ROOT / "figures"
-    assert notebook.outputs("fig4", d | {"results_dir": "/tmp/elsewhere"}) == REPO_ROOT / "figures"
+    build = REPO_ROOT / "build" / "figures"
+    assert notebook.outputs("fig4", d) == build / "fig4"
+    assert notebook.outputs("fig4", d | {"results_dir": "/tmp/elsewhere"}) == build / "fig4"
     trial = notebook.outputs("fig4", d | {"n_examples": 4})
     assert trial.parent == REPO_ROOT / "build" / "figures" and trial.name.startswith("fig4-")
     assert notebook.outputs("fig4", d | {"n_examples": 4}) == trial  # one folder per run
     assert notebook.outputs("fig4", d | {"n_examples": 5}) != trial
     assert "n_examples=4" in capsys.readouterr().out
     assert notebook.outputs("fig4", d | {"n_examples": 4, "out_dir": "/tmp/x"}) == Path("/tmp/x")
+    assert notebook.outputs("fig4", d | {"out_dir": "figures"}) == REPO_ROOT / "figures"
     assert notebook.outputs("fig4", d | {"out_dir": "figures/full"}) == REPO_ROOT / "figures" / "full"
+    for name in [*NOTEBOOKS, "tutorial", "table2_lm"]:
+        assert notebook.outputs(name, notebook.defaults(name)).is_relative_to(REPO_ROOT / "build")
+
+
+def test_make_targets_publish_only_the_default_runs():
+    """make fig4 passes out_dir figures; with PRESET or DEVICE it does not (make -n prints the
+    commands without running them)."""
+    import subprocess
+
+    def cmd(*args):
+        p = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True)
+        return " ".join(p.stdout.split())
+
+    assert "-p out_dir figures notebooks/fig4.ipynb" in cmd("fig4")
+    assert "out_dir" not in cmd("fig4", "PRESET=cnndm-t5")
+    assert "out_dir" not in cmd("fig4", "DEVICE=cuda")
+    assert "--out figures/batch" in cmd("bench-batch")
 
 
 @pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial", "table2_lm"])

@@ -1,4 +1,4 @@
-"""Batch > 1 (issue 30): BiLD, vanilla greedy and greedy speculative decoding over many sources
+"""Batch > 1 (docs/batching.md): BiLD, vanilla greedy and greedy speculative decoding over many sources
 at once, each row with its own fallbacks, rollbacks and length.
 
 Each row runs the batch-1 decoder's control flow as a small state machine: want() says which

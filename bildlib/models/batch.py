@@ -1,4 +1,4 @@
-"""Many sentences at once (issue 30): a ragged batch of decoder rows, each with its own length.
+"""Many sentences at once (docs/batching.md): a ragged batch of decoder rows, each with its own length.
 
 A batch model has B rows; row r holds its own source and its own decoder tokens `ids[r]`.
 forward(rows, tokens) runs tokens[j] (k_j of them) for row rows[j], each at that row's own

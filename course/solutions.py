@@ -1,14 +1,13 @@
-"""Solutions to the tutorial's exercises (notebooks/tutorial.ipynb). Students: try first.
+"""Solutions to the tutorial's exercises (notebooks/tutorial.ipynb), for instructors. Students: try first.
 
-The notebook fills these in with `-p solutions True`; the checks (tutorial.checks) hold them to
-bildlib.decoding.bild, and the tests hold the checks to these.
+They live outside the bildlib package, so an installed bildlib cannot import them. `make course`
+(bildlib.tutorial.course) puts each function's body into the nbgrader source notebook as its
+exercise's solution; `make tutorial` runs that notebook; the tests hold the checks
+(bildlib.tutorial.checks) to these.
 """
 
 from __future__ import annotations
 
-import math
-
-import sacrebleu
 import torch
 
 
@@ -35,6 +34,8 @@ def bild_loop(small, large, source_ids, alpha_fb: float, alpha_rb: float, limit:
     """Exercise 3. Greedy BiLD (Algorithm 1) over two models with the LM interface: start(src)
     -> bos; forward(tokens) -> logits (k, V) of the tokens the cache has not seen; crop(n);
     ids (the cache). Returns the output ids (without bos)."""
+    import math
+
     seq = [small.start(source_ids)]  # [bos] + output
     large.start(source_ids)
     run = 0  # small tokens since the large model last ran
@@ -76,6 +77,8 @@ def predict_speedup(trace, n_large: int, small_step: float, large_call) -> float
 def sweep_row(hypotheses: list[str], references: list[str], traces: list, seconds: list[float]) -> dict:
     """Exercise 5. One point of the α_FB sweep: corpus BLEU (sacrebleu), fallbacks per 100 output
     tokens, and the mean latency per sentence in ms."""
+    import sacrebleu
+
     tokens = sum(len(t.source) for t in traces)
     return {
         "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,

@@ -1,0 +1,130 @@
+"""The tutorial as an nbgrader course: built from the repository (the handout, course/solutions.py),
+then autograded on a solved notebook, a blank one, four cheats, a hang and two students whose
+notebooks have the same name. Every notebook runs in a real kernel, on the shipped pair and a
+few sentences (the course's parameters), with a short cell timeout for the hang."""
+
+import re
+
+import nbformat
+import pytest
+
+from bildlib.tutorial import course
+from conftest import REPO
+
+# few sentences; the timeout is far above every cell that does not hang (about 10 s at most here)
+PARAMS = {"n_examples": 2, "n_sweep": 3, "alphas": [0.5], "threads": 1}
+TIMEOUT = 30
+
+
+def test_solutions_are_not_in_the_package():
+    import importlib.util
+
+    assert importlib.util.find_spec("bildlib.tutorial.solutions") is None
+    assert not (REPO / "bildlib" / "tutorial" / "solutions.py").exists()
+    assert set(course.solution_bodies()) >= {"should_fall_back", "rollback_position", "bild_loop",
+                                              "predict_speedup", "sweep_row"}  # fmt: skip
+
+
+def test_the_source_notebook_has_solutions_locked_cells_and_hidden_tests():
+    nb = course.source_notebook(PARAMS)
+    meta = [c.metadata.get("nbgrader") for c in nb.cells if c.cell_type == "code"]
+    assert all(m is not None for m in meta)  # every code cell is a solution, a test or locked
+    solutions = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert [c.metadata.nbgrader.grade_id for c in solutions] == [f"exercise-{i}" for i in range(1, 6)]
+    assert [c.metadata.nbgrader.grade_id for c in tests] == [f"test-{i}" for i in range(1, 6)]
+    assert all("### BEGIN SOLUTION" in c.source and "NotImplementedError" not in c.source for c in solutions)
+    assert all("### BEGIN HIDDEN TESTS" in c.source and c.metadata.nbgrader.points == 1 for c in tests)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert "n_sweep: int = 3  #" in params.source and "alphas: list = [0.5]  #" in params.source
+    with pytest.raises(ValueError, match="no parameter nope"):
+        course.source_notebook({"nope": 1})
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, multi30k_dir):
+    out = tmp_path_factory.mktemp("course")
+    course.build(out, PARAMS, timeout=TIMEOUT)
+    return out
+
+
+def _solved_cells(built):
+    """{grade_id: the source's solution cell, without the region markers}"""
+    src = nbformat.read(built / "source" / "tutorial" / "tutorial.ipynb", as_version=4)
+    out = {}
+    for c in src.cells:
+        g = c.metadata.get("nbgrader", {})
+        if g.get("solution"):
+            out[g["grade_id"]] = re.sub(r"\n *### (BEGIN|END) SOLUTION", "", c.source)
+    return out
+
+
+def _submission(built, edit=None, solved=False, after_setup=None, last=None):
+    nb = nbformat.read(built / "release" / "tutorial" / "tutorial.ipynb", as_version=4)
+    sol = _solved_cells(built)
+    for c in nb.cells:
+        g = c.metadata.get("nbgrader", {}).get("grade_id")
+        if solved and g in sol:
+            c.source = sol[g]
+        if edit and g in edit:
+            c.source = edit[g](c.source)
+    if after_setup:
+        i = next(i for i, c in enumerate(nb.cells) if "open_lab(" in c.source)
+        nb.cells.insert(i + 1, nbformat.v4.new_code_cell(after_setup))
+    if last:
+        nb.cells.append(nbformat.v4.new_code_cell(last))
+    return nb
+
+
+FORGE = """import json
+forged = {"passed": 5, "exercises": 5, "checks": {}, "solutions": False}
+(out / "tutorial_checks.json").write_text(json.dumps(forged))"""
+PATCH = """from bildlib.tutorial import checks as C, checks_loop as CL
+C.run = lambda exercise, body, *a: C.Result(exercise, True, "ok")
+CL.check_loop = lambda *a, **k: C.Result("3 BiLD loop", True, "ok")"""
+
+
+def _write(folder, student, nb):
+    (folder / student).mkdir(parents=True)
+    nbformat.write(nb, folder / student / "tutorial.ipynb")  # every student's file has the same name
+
+
+def test_autograde_gives_each_submission_its_points(built, tmp_path):
+    subs = tmp_path / "submissions"
+    hang = {"exercise-1": lambda s: s.replace("    return ", "    while True:\n        pass\n    return ", 1)}
+    edited = {"cell-9": lambda s: 'print("PASS  exercise 1 fallback: right on all 5 cases")'}
+    _write(subs, "alice", _submission(built, solved=True))  # solved
+    _write(subs, "bob", _submission(built))  # blank
+    _write(subs, "carol", _submission(built, after_setup="solutions = True"))
+    _write(subs, "dave", _submission(built, last=FORGE))
+    _write(subs, "erin", _submission(built, edit=edited))
+    _write(subs, "frank", _submission(built, after_setup=PATCH))
+    _write(subs, "grace", _submission(built, solved=True, edit=hang))
+    release = nbformat.read(built / "release" / "tutorial" / "tutorial.ipynb", as_version=4)
+    assert "cell-9" in {c.metadata.get("nbgrader", {}).get("grade_id") for c in release.cells}
+    assert not any("BEGIN HIDDEN TESTS" in c.source or "BEGIN SOLUTION" in c.source for c in release.cells)
+
+    t = course.grade(subs, built, timeout=TIMEOUT).set_index("student")
+    scores = t["score"].to_dict()
+    assert scores == {"alice": 5, "bob": 0, "carol": 0, "dave": 0, "erin": 0, "frank": 0, "grace": 3}, t
+    # the hang: exercises 1 and 3 (its loop calls should_fall_back) lose their points, the others keep
+    # them, and the timeout is the row's error
+    assert [t.loc["grace", f"exercise {i}"] for i in range(1, 6)] == [0, 1, 0, 1, 1]
+    assert "test-1 timed out" in t.loc["grace", "error"] and t.loc["alice", "error"] == ""
+    assert (built / "grades.csv").is_file() and len((built / "grades.csv").read_text().splitlines()) == 8
+    for s in ("alice", "bob"):  # same file name, separate folders and feedback
+        assert (built / "autograded" / s / "tutorial" / "tutorial.ipynb").is_file()
+        assert (built / "feedback" / s / "tutorial" / "tutorial.html").is_file()
+
+    # grading again replaces a student's earlier submission: nothing stale is read
+    _write(tmp_path / "again", "alice", _submission(built))
+    again = course.grade(tmp_path / "again", built, timeout=TIMEOUT)
+    assert again["score"].tolist() == [0]
+
+
+def test_bad_submissions_folders_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="SUBMISSIONS=.*no such folder"):
+        course.submissions(tmp_path / "nope")
+    (tmp_path / "s" / "alice").mkdir(parents=True)
+    with pytest.raises(ValueError, match="alice: expected one notebook, found 0"):
+        course.submissions(tmp_path / "s")
