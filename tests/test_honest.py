@@ -96,7 +96,7 @@ def test_a_sweep_stopped_by_an_error_keeps_its_finished_rows(env, monkeypatch):
 
     def fails(*a, **k):
         calls["n"] += 1
-        if calls["n"] == 3 * 2 + 3 * 5 + 2:  # warm-ups, 5 examples of each configuration, one more, then the error
+        if calls["n"] == 3 * 2 + 3 * 5 + 2:  # warm-ups, 5 examples of each, one more, then the error
             raise RuntimeError("out of memory")
         return real(*a, **k)
 
@@ -169,7 +169,8 @@ def test_end_rules_and_thresholds_read_as_meant():
     # numpy's float32 is accepted as float64 is, and keys as the Python float it holds
     c = X.bild("small", np.float32(0.5), np.float32(1.0))
     assert c == X.bild("small", 0.5, 1.0) and type(c.fallback) is float
-    assert X.bild_grid(PRESET, fallbacks=[np.float32(0.5)], rollbacks=[np.float64(1.0)]) == [c, X.bild("aligned", 0.5, 1.0)]
+    grid = X.bild_grid(PRESET, fallbacks=[np.float32(0.5)], rollbacks=[np.float64(1.0)])
+    assert grid == [c, X.bild("aligned", 0.5, 1.0)]
     json.dumps(X.Config("bild", "small", np.float32(0.25), np.float64(1.0)).__dict__)
 
 
