@@ -6,10 +6,11 @@ submissions (docs/teaching.md walks an instructor through release, collect, auto
 
 build: the nbgrader source notebook, source/tutorial/tutorial.ipynb, from the student's handout
 (notebooks/tutorial.ipynb) and the solutions (course/solutions.py in the repository, outside the
-package): each exercise's body becomes a solution region; every other code cell is locked
-(nbgrader restores it at autograde, so an edited check cell changes nothing); after each check
-cell a locked hidden test cell (tutorial.grading) gives the exercise's point. Then `nbgrader
-generate_assignment` writes release/tutorial/, what students get.
+package): each exercise's body becomes a solution region; each exercise's check cell becomes its
+autograded cell, worth a point, with a hidden test (tutorial.grading) after the student's
+self-check; every other code cell is locked. nbgrader restores locked and graded cells at
+autograde, so an edited check cell changes nothing. Then `nbgrader generate_assignment` writes
+release/tutorial/, what students get: the hidden tests and the solutions taken out.
 
 grade: SUBMISSIONS holds one folder per student with their notebook in it (or nbgrader's
 collected layout, <student>/tutorial/tutorial.ipynb). Each student's earlier submission,
@@ -91,14 +92,13 @@ def source_notebook(params: dict | None = None, handout: Path = HANDOUT, solutio
             cells.append(c)
             current = ex
             continue
-        c.metadata.update(_meta(f"cell-{i}", locked=True))
-        cells.append(c)
-        if current is not None and "report.add(" in c.source:  # the check cell of `current`
-            test = HIDDEN.format(n=current[0], fn=EXERCISES[current], lab=lab)
-            hidden = nbformat.v4.new_code_cell(test, metadata=_meta(f"test-{current[0]}", grade=True,
-                                                                     locked=True, points=1))  # fmt: skip
-            cells.append(hidden)
+        if current is not None and "report.add(" in c.source:  # the check cell of `current`: it grades
+            c.source += "\n" + HIDDEN.format(n=current[0], fn=EXERCISES[current], lab=lab)
+            c.metadata.update(_meta(f"test-{current[0]}", grade=True, locked=True, points=1))
             current = None
+        else:
+            c.metadata.update(_meta(f"cell-{i}", locked=True))
+        cells.append(c)
     nb.cells = cells
     return nb
 
