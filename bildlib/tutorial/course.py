@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
+import copy
 import os
 import shutil
 import subprocess
@@ -72,12 +72,12 @@ def source_notebook(params: dict | None = None, handout: Path = HANDOUT, solutio
     if bad := sorted(set(params or {}) - set(defaults)):
         raise ValueError(f"params: the tutorial has no parameter {', '.join(bad)}")
     run = defaults | (params or {})
-    lab = {k: run[k] for k in LAB} | {"n_examples": run["n_examples"]}
+    lab = {k: run[k] for k in LAB}  # exercise 3's hidden test opens its own pair with these
     bodies = solution_bodies(solutions)
     nb = nbformat.read(handout, as_version=4)
     cells, current = [], None  # current: the exercise whose check cell comes next
     for i, c in enumerate(nb.cells):
-        c = nbformat.from_dict(json.loads(json.dumps(c)))
+        c = copy.deepcopy(c)
         if c.cell_type != "code":
             cells.append(c)
             continue
