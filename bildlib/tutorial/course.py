@@ -158,11 +158,13 @@ def submissions(folder: Path) -> dict[str, Path]:
 
 
 def grade(folder: Path, out: Path = BUILD, timeout: int | None = None) -> pd.DataFrame:
-    """Autograde every student of folder in the course at out (built first if it is not); one
-    row per student, written to <out>/grades.csv after each."""
+    """Autograde every student of folder in the course at out (built first if it is not), with
+    timeout seconds per cell (None: TIMEOUT); one row per student, written to <out>/grades.csv
+    after each."""
     out = Path(out).resolve()
     if not (out / "release" / ASSIGNMENT).is_dir():
         build(out, timeout=timeout or TIMEOUT)
+    api = _api(out, timeout or TIMEOUT)  # in this process: no nbgrader start-up per student
     rows = []
     for student, nb in submissions(folder).items():
         for stage in ("submitted", "autograded", "feedback"):  # nothing stale from an earlier run
@@ -170,17 +172,27 @@ def grade(folder: Path, out: Path = BUILD, timeout: int | None = None) -> pd.Dat
         dest = out / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         dest.parent.mkdir(parents=True)
         shutil.copy(nb, dest)
-        extra = [f"--Execute.timeout={int(timeout)}"] if timeout else []
-        p = _nbgrader(out, "autograde", ASSIGNMENT, "--student", student, "--force", *extra, check=False)
+        r = api.autograde(ASSIGNMENT, student, force=True, create=True)
         row = {"student": student, "notebook": str(nb)} | _scores(out, student)
-        row["error"] = _errors(out, student) or ("" if p.returncode == 0 else p.stderr.strip()[-300:])
+        row["error"] = _errors(out, student) or ("" if r["success"] else str(r["error"]).strip()[-300:])
         rows.append(row)
         with data.atomic_path(out / "grades.csv") as tmp:  # row by row: a crash keeps the graded rows
             pd.DataFrame(rows).to_csv(tmp, index=False)
         why = f" ({row['error']})" if row["error"] else ""
         print(f"{student}: {row['score']:g} of {row['max_score']:g}{why}")
-    _nbgrader(out, "generate_feedback", ASSIGNMENT, "--force", check=False)  # HTML, every autograded one
+    api.generate_feedback(ASSIGNMENT, force=True)  # HTML, for every autograded submission
     return pd.DataFrame(rows)
+
+
+def _api(course: Path, timeout: int):
+    """nbgrader's Python API on the course folder, with `timeout` seconds per cell."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+
+    c = Config()
+    c.CourseDirectory.root, c.CourseDirectory.course_id = str(course), "bild-tutorial"
+    c.Execute.timeout = int(timeout)
+    return NbGraderAPI(config=c)
 
 
 def _scores(course: Path, student: str) -> dict:
