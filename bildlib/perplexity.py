@@ -87,11 +87,10 @@ def score(model, ids: list[int], window: int = 128, stride: int = 64, batch: int
     """Teacher-forced scores of every token of `ids` but the first, by a Hugging Face causal LM,
     in windows (see `windows`), `batch` windows per forward."""
     check_count("batch", batch)
-    windows(len(ids), window, stride)  # checks window and stride before the model is asked
+    spans = windows(len(ids), window, stride)  # checks window and stride before the model is asked
     limit = positions(model)
     if limit is not None and window > limit:
         raise ValueError(f"window={window} is larger than the model's {limit} positions")
-    spans = windows(len(ids), window, stride)
     x, dev = torch.tensor(ids, dtype=torch.long), model.device
     nll, pmax = [], []
     for i in range(0, len(spans), batch):

@@ -131,13 +131,14 @@ def build(out: Path = BUILD, params: dict | None = None, timeout: int = TIMEOUT)
     return out
 
 
-def _nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _nbgrader(course: Path, *args: str) -> None:
+    """nbgrader's command line in the course folder; its error ends the build. A subprocess, with
+    this environment's bin/ on PATH: creating the gradebook runs the `alembic` command."""
     cmd = [sys.executable, "-m", "nbgrader", *args]
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # its alembic, kernel
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     p = subprocess.run(cmd, cwd=course, capture_output=True, text=True, env=os.environ | {"PATH": path})
-    if check and p.returncode != 0:
+    if p.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return p
 
 
 def submissions(folder: Path) -> dict[str, Path]:
