@@ -151,7 +151,7 @@ models: $(STAMP)
 	$(MAKE) cards
 	$(MAKE) models-ee
 
-# The early-exit models of fig6 / fig7 (issue 16): the shipped large fine-tuned with two exits
+# The early-exit models of fig6 / fig7 (paper 4.4; docs/early-exit.md): the shipped large fine-tuned with two exits
 # (multi30k-ee) and with CALM's weighted exits (multi30k-calm). Not committed (the tracked tree
 # must stay under 60 MB); each run resumes from its last finished epoch. docs/early-exit.md.
 models-ee: $(STAMP)
@@ -167,7 +167,7 @@ figures-ee: $(STAMP)
 	  $(PAPERMILL) notebooks/$$nb.ipynb build/notebooks/$$nb.ipynb || exit 1; \
 	done
 
-# The decoder-only pair of arXiv v1 Table 2 (issue 29): GPT-2-style small and large trained on
+# The decoder-only pair of arXiv v1 Table 2 (docs/language-modelling.md): GPT-2-style small and large trained on
 # Multi30k as "de: <German> en: <English>" texts (bildlib.train.causal), then their cards. Not
 # committed (the tracked tree must stay under 60 MB); each run resumes from its last finished
 # epoch. docs/language-modelling.md.

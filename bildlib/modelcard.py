@@ -107,7 +107,7 @@ def card(name: str, m: dict, pair: dict) -> str:
             "`multi30k-small-aligned-continued` and is not shipped"
         ),
     }[name]
-    lat, dt = m["latency"], pair.get("dtype", "float32")  # cards measured before issue 28 ran in float32
+    lat, dt = m["latency"], pair.get("dtype", "float32")  # cards measured before the default became auto ran in float32
     return f"""# {name}
 
 {what[0].upper() + what[1:]}. German→English, Multi30k; T5 architecture trained from scratch

@@ -48,7 +48,7 @@ def measure(name: str, n: int | None = None, threads: int = 2, folder=CHECKPOINT
     path = folder / name
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} holds no model.safetensors: `make models-ee` trains it")
-    model, tok = load_model(path, dtype="float32")  # the card measures float32 (as before issue 28)
+    model, tok = load_model(path, dtype="float32")  # the card measures float32 (as the older cards)
     val = data.load("multi30k", "val", n)
     full = LM(model, tok, name, "lean")
     layers = model.config.num_decoder_layers

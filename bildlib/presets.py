@@ -127,8 +127,9 @@ PRESETS = {
 }
 
 
-# The decoder-only pair this project trains (`make models-lm`, issue 29): prompt-style translation
-# "de: <German> en:" (train.causal) on multi30k's data and grids; no aligned small model, no early exit.
+# The decoder-only pair this project trains (`make models-lm`; docs/language-modelling.md):
+# prompt-style translation "de: <German> en:" (train.causal) on multi30k's data and grids; no aligned
+# small model, no early exit.
 PRESETS["multi30k-lm"] = dataclasses.replace(
     PRESETS["multi30k"], name="multi30k-lm", small=LM_BUILT[0], aligned=None, large=LM_BUILT[1],
     prefix="de: ", suffix=" en:", ee=None, calm=None,

@@ -1,4 +1,4 @@
-"""Batch > 1 (issue 30): every row of bild_batch / vanilla_batch / speculative_batch is what the
+"""Batch > 1 (docs/batching.md): every row of bild_batch / vanilla_batch / speculative_batch is what the
 batch-1 decoder gives for that source alone, on fakes that force rollbacks in some rows and not
 others, on tiny random T5s through the ragged lean engine, and on the shipped pair; bad input."""
 

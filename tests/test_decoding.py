@@ -548,7 +548,7 @@ def test_dtype_resolution_and_loading(tmp_path, monkeypatch):
     assert M.resolve_dtype("auto", cpu, torch.float16) == f32
     monkeypatch.setattr(M, "native_bf16", lambda: True)
     assert M.resolve_dtype("auto", cpu, bf16) == bf16
-    assert M.resolve_dtype("default", cpu, bf16) == bf16  # the default is auto, by measurement (issue 28)
+    assert M.resolve_dtype("default", cpu, bf16) == bf16  # the default is auto, by measurement (README)
     monkeypatch.setattr(M, "native_bf16", lambda: False)
     assert M.resolve_dtype("auto", cpu, bf16) == f32  # emulated bf16 is slower than fp32
     assert M.resolve_dtype("default", cpu, bf16) == f32

@@ -1,4 +1,4 @@
-"""verify_end_below (issue 28): BiLD checks the small tokens left unchecked at the end only when
+"""verify_end_below (docs/decoding.md): BiLD checks the small tokens left unchecked at the end only when
 one of them had max probability below a threshold. On fake models with known logits
 (bildlib.tutorial.fakes): a no-op when the small model ends where the large model would, and no
 EOS the large model would roll back once the rule has the large model look."""

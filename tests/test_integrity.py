@@ -1,4 +1,4 @@
-"""Results that cannot lie (issue 13): one process computes each configuration, each result
+"""Results that cannot lie (docs/experiments.md): one process computes each configuration, each result
 records the machine's load, the cache key knows the data, and bad input fails before anything
 runs. The harness runs a paper preset's plumbing on tiny models (conftest: mirror, env)."""
 

@@ -1,4 +1,5 @@
-"""The decoder-only pair (issue 29): training a GPT-2 on packed Multi30k texts (train.causal),
+"""The decoder-only pair (docs/language-modelling.md):
+training a GPT-2 on packed Multi30k texts (train.causal),
 the multi30k-lm and wikitext2-gpt2 presets, notebooks/table2_lm's pieces (bildlib.table2), and,
 where `make models-lm` has built it, the trained pair itself."""
 

@@ -1,4 +1,5 @@
-"""bildlib.perplexity (issue 29): teacher-forced perplexity in windows, and under fallback-only
+"""bildlib.perplexity (docs/language-modelling.md):
+teacher-forced perplexity in windows, and under fallback-only
 BiLD's policy, against cross-entropies computed directly; its errors."""
 
 import math

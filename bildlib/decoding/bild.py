@@ -148,7 +148,7 @@ def bild(
         rollback the large model runs again and writes the next token too, and an EOS placed by
         a rollback does not end decoding (their loop `continue`s past both checks).
     verify_end_below: the end check of verify_end, made only when one of the unchecked small
-        tokens had max probability below this (issue 28): a confident tail stands unchecked, as
+        tokens had max probability below this (docs/decoding.md): a confident tail stands unchecked, as
         in Algorithm 1 (at α_FB or lower it never checks; at 1, almost always).
     """
     s = BildSettings(fallback, rollback, max_small_steps, window, distance, sampling, max_new_tokens,

@@ -27,7 +27,7 @@ class Config:
     "assisted" are transformers' greedy generate (model large) and assisted generation
     (decoding.hf; window: num_assistant_tokens, threshold: assistant_confidence_threshold, None:
     HF's defaults). engine: models.engine's "auto", "lean" or "hf", or None: the run's.
-    Early exit (issue 16): "bild" with model "ee" is early-exit BiLD, the ee model's first layers
+    Early exit (docs/early-exit.md): "bild" with model "ee" is early-exit BiLD, the ee model's first layers
     against all of them (models.early_exit); "calm" runs model "calm" with threshold lambda, tau
     and measure (decoding.calm); "vanilla" runs either model whole."""
 

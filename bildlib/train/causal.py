@@ -1,4 +1,4 @@
-"""Decoder-only training (arXiv v1 Table 2's language modelling, issue 29): a GPT-2 language model
+"""Decoder-only training (arXiv v1 Table 2's language modelling): a GPT-2 language model
 of Multi30k written as prompt-style translation, one text per pair,
 
     "de: <German> en: <English></s>"

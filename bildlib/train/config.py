@@ -79,7 +79,7 @@ _RECIPE = dict(optimizer="adafactor", lr=3e-2, warmup_steps=200, save_dtype="bfl
 _SMALL = dict(model=SMALL, epochs=4, batch_size=64, **_RECIPE)
 _EXITS = dict(init_from="data/checkpoints/multi30k-large", epochs=3, batch_size=128, **_RECIPE)
 _EXITS["lr"] = 1e-2  # a fine-tune: the continued-aligned preset's step size
-# The decoder-only pair (issue 29; docs/language-modelling.md): prompt-style translation texts
+# The decoder-only pair (docs/language-modelling.md): prompt-style translation texts
 # "de: ... en: ..." (train.causal). Sized like the T5 pair for latency: the small one's step is
 # about a sixth of the large one's on 2 CPU threads (two layers against eight). Not committed (the
 # tree's 60 MB budget): `make models-lm` trains them.
@@ -103,7 +103,7 @@ PRESETS = {
         targets=CALIBRATION,
         **{**_SMALL, "model": {}, "epochs": 4, "lr": 1e-2},
     ),
-    # early exit (paper 4.4, issue 16): the shipped large fine-tuned with exits. Not committed (the
+    # early exit (paper 4.4; docs/early-exit.md): the shipped large fine-tuned with exits. Not committed (the
     # tracked tree must stay under 60 MB): `make models-ee` builds them (docs/early-exit.md)
     "multi30k-ee": TrainConfig(out="data/checkpoints/multi30k-ee", exits="ee", **_EXITS),
     "multi30k-calm": TrainConfig(out="data/checkpoints/multi30k-calm", exits="calm", **_EXITS),
