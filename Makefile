@@ -6,14 +6,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.bildlib-installed
 # Triton (extra `cuda`) has Linux wheels only; on Linux it also runs the kernel tests on CPU.
 # Ray (extra `cluster`) runs sweeps on a cluster; the tests start a local instance.
-EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda$(comma)cluster,dev$(comma)cluster)
+# CTranslate2 (extra `peers`) is make bench's peer engine (docs/engines.md).
+EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda$(comma)cluster$(comma)peers,dev$(comma)cluster$(comma)peers)
 comma := ,
 # On this project's machines Multi30k sits in ../shared/data (see docs/data-and-models.md).
 SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -108,14 +109,20 @@ report: $(STAMP)
 # each dtype: the default (auto: bf16 on a CPU with native bf16) into figures/peers/val/, float32
 # into figures/peers/val-float32/ (about 20 min each on 2 CPU cores). PEERS_ARGS is the grid; the
 # committed runs used this default; PEERS_ARGS= runs the notebook's full grid.
+# Each run also times CTranslate2's greedy decoding of the large checkpoint (converted by make ct2
+# into build/ct2/), in a process of its own, alternated with ours, into ct2.csv (bildlib.ct2peer).
 PEERS_ARGS ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [1.0], assisted: [[8, 0.4]], verify_below: [0.8, 0.9]}'
 PEERS_OUT ?= figures/peers/val
-bench: $(STAMP)
+bench: ct2
 	@mkdir -p build/notebooks
-	$(PAPERMILL) -p n_examples 1014 -p dtype auto -p out_dir $(PEERS_OUT) $(PEERS_ARGS) \
+	$(PAPERMILL) -p n_examples 1014 -p dtype auto -p ctranslate2 True -p out_dir $(PEERS_OUT) $(PEERS_ARGS) \
 	  notebooks/peers.ipynb build/notebooks/bench.ipynb
-	$(PAPERMILL) -p n_examples 1014 -p dtype float32 -p out_dir $(PEERS_OUT)-float32 $(PEERS_ARGS) \
-	  notebooks/peers.ipynb build/notebooks/bench-float32.ipynb
+	$(PAPERMILL) -p n_examples 1014 -p dtype float32 -p ctranslate2 True -p out_dir $(PEERS_OUT)-float32 \
+	  $(PEERS_ARGS) notebooks/peers.ipynb build/notebooks/bench-float32.ipynb
+
+# The shipped large checkpoint converted for CTranslate2 (lossless float32) into build/ct2/.
+ct2: $(STAMP)
+	$(BIN)/python -m bildlib.ct2peer convert data/checkpoints/multi30k-large
 
 # fig4's sweep over all of val on another grid, into build/figures/bench/ (docs/history.md has the
 # earlier runs made this way, before the lean engine).

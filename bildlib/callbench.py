@@ -4,6 +4,7 @@ CUDA synchronised). README's engine table comes from this.
 
     python -m bildlib.callbench --threads 2 --dtype float32
     python -m bildlib.callbench --compile     # also the lean forward under torch.compile
+    python -m bildlib.callbench --anatomy     # where a lean step's time goes; calls as BiLD makes them
 """
 
 from __future__ import annotations
@@ -76,6 +77,64 @@ def bench(
     return pd.DataFrame(rows)
 
 
+def step_bytes(lm: LM) -> int:
+    """Bytes of weights one decoder step reads: the decoder's linears but the cross-attention
+    keys and values (computed once per source), and the head."""
+    m = lm.model
+    dec = m.get_decoder() if lm.is_encoder_decoder else m
+    cross = ("EncDecAttention.k", "EncDecAttention.v")
+    skip = {id(x.weight) for name, x in dec.named_modules() if name.endswith(cross)}
+    seen, n = set(), 0
+    for x in [*dec.modules(), m.get_output_embeddings()]:
+        w = getattr(x, "weight", None)
+        if isinstance(x, torch.nn.Linear) and id(w) not in skip | seen:
+            seen.add(id(w))
+            n += w.numel() * w.element_size()
+    return n
+
+
+MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise")
+
+
+def anatomy(lm: LM, src: list[int], steps: int = 200) -> dict:
+    """Where a one-token step after a 9-token prefix goes: its median time (no profiler), the
+    share of the profiled time in matrix products (torch.profiler's self times; attention's
+    bmm included), the weights it reads and the rate it reads them at within the products."""
+    from torch.profiler import ProfilerActivity, profile
+
+    lm.start(src)
+    lm.forward([0] + [5] * 8)
+    ts = sorted(_time(lm, [7], 9) for _ in range(steps))
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        for _ in range(steps // 2):
+            _time(lm, [7], 9)
+    ev = p.key_averages()
+    total = sum(e.self_cpu_time_total for e in ev)
+    mm = sum(e.self_cpu_time_total for e in ev if e.key in MATMUL)
+    step, share, b = 1e3 * ts[len(ts) // 2], mm / total, step_bytes(lm)
+    ops = sum(e.count for e in ev) / (steps // 2)
+    return {"step_ms": step, "matmul_pct": 100 * share, "weights_MB": b / 1e6,
+            "matmul_GBps": b / (step * share * 1e-3) / 1e9, "other_ms": step * (1 - share),
+            "ops_per_step": ops}  # fmt: skip
+
+
+def situ(small: LM, large: LM, src: list[int], k: int = 10, draft: int = 5, rounds: int = 100) -> dict:
+    """Calls as BiLD makes them: `draft` small steps, then one large call of k tokens, `rounds`
+    times; medians of each against the same calls in blocks of one model (as bench times them)."""
+    for lm in (small, large):
+        lm.start(src)
+        lm.forward([0] + [5] * 8)
+    alone_s = [_time(small, [7], 9) for _ in range(rounds)]
+    alone_l = [_time(large, [7] * k, 9) for _ in range(rounds)]
+    mixed_s, mixed_l = [], []
+    for _ in range(rounds):
+        mixed_s += [_time(small, [7], 9) for _ in range(draft)]
+        mixed_l.append(_time(large, [7] * k, 9))
+    med = lambda x: 1e3 * statistics.median(x)  # noqa: E731
+    return {"small_step_alone_ms": med(alone_s), "small_step_in_bild_ms": med(mixed_s),
+            f"large_call{k}_alone_ms": med(alone_l), f"large_call{k}_in_bild_ms": med(mixed_l)}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -84,9 +143,20 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help="also time the lean forward under torch.compile")
+    what = "instead: where a lean step's time goes, and calls as BiLD alternates them"
+    ap.add_argument("--anatomy", action="store_true", help=what)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     with torch.inference_mode():
+        if a.anatomy:
+            src_text = data.load("multi30k", "val", 1).sources[0]
+            lms = [LM.from_pretrained(p, a.device, a.dtype) for p in PAIR]
+            src = lms[0].encode(src_text)
+            rows = [{"model": p.rsplit("/", 1)[-1], "dtype": str(lm.model.dtype).removeprefix("torch.")}
+                    | anatomy(lm, src) for p, lm in zip(PAIR, lms, strict=True)]  # fmt: skip
+            print(pd.DataFrame(rows).round(3).to_string(index=False))
+            print(pd.Series(situ(*lms, src, a.k)).round(3).to_string())
+            return
         df = bench(device=a.device, dtype=a.dtype, k=a.k, rounds=a.rounds, compile=a.compile)
     print(df.round(3).to_string(index=False))
 

@@ -109,3 +109,47 @@ def _calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
     unknown = s["method"] == "assisted"  # HF does not report assisted generation's calls
     s.loc[unknown, ["large_calls_per_sentence", "small_calls_per_sentence"]] = float("nan")
     return s
+
+
+def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str, n_examples: int,
+               device: str, dtype: str, engine: str, threads: int, out) -> pd.DataFrame:  # fmt: skip
+    """CTranslate2 greedy on the large checkpoint against vanilla large and the headline BiLD
+    rows of `head` (peers.table) that ran on the run's engine, on the same `n_examples`, each
+    engine in its own process, alternated (bildlib.ct2peer). Writes <out>/ct2.csv (one row per
+    decoder: score, ms, time relative to CTranslate2 with its 95 % interval, speedup against
+    vanilla large) and ct2_checks.json (the run: machine, versions, n, threads, signature)."""
+    import hashlib
+    from pathlib import Path
+
+    from bildlib import ct2peer, notebook, plots, presets
+    from bildlib.evaluate import device_name, machine
+    from bildlib.experiments.runner import examples
+    from bildlib.models import native_bf16
+
+    if device != "cpu":
+        raise ValueError(f"device: the CTranslate2 peer runs on cpu here, not {device!r}")
+    models = X.Models(presets.get(preset), device, dtype, engine)
+    base = X.vanilla("large")
+    labels = head[head["label"].str.startswith("bild")]["label"].tolist()
+    picks = [base] + [c for c in grid if c.label in labels]
+    ex = examples(models.preset, split, n_examples)
+    run = [preset, split, n_examples, dtype, engine, threads, [c.label for c in picks]]
+    partial = Path(out) / f"ct2_rows-{hashlib.sha256(repr(run).encode()).hexdigest()[:12]}.partial.parquet"
+    rows = ct2peer.compare(models, picks, ex, threads, partial=partial)
+    t = ct2peer.summary(rows, ex, models.preset.metric, base.label)
+    names = dict(zip(head["label"], head["decoder"], strict=True))
+    names.setdefault(base.label, f"vanilla large ({models.get('large').engine} engine)")
+    t.insert(1, "label", t["decoder"])
+    t["decoder"] = t["label"].map(lambda x: names.get(x, x))
+    t["dtype"] = str(models.get("large").model.dtype).removeprefix("torch.")
+    plots.save_table(t.drop(columns="signature"), "ct2", out)
+    import torch
+
+    cpu = torch.backends.cpu.get_cpu_capability() + (", native bf16" if native_bf16() else "")
+    checks = {"n": n_examples, "split": split, "threads": threads, "block": 10, "warmup": 5,
+              "ctranslate2": rows.attrs["ctranslate2"], "signature": t["signature"].iloc[0],
+              "processor": device_name(torch.device("cpu")), "cpu": cpu, "torch": torch.__version__,
+              "platform": machine()["platform"], "processes": "separate, alternated in blocks"}  # fmt: skip
+    notebook.save_checks(checks, "ct2", out)
+    partial.unlink(missing_ok=True)
+    return t

@@ -284,6 +284,35 @@ def peers_val_fp32(root: Path) -> str:
     return peers(root, "figures/peers/val-float32")
 
 
+def ct2(root: Path, folders=("figures/peers/val", "figures/peers/val-float32")) -> str:
+    """CTranslate2 greedy against bildlib on the same sentences (bildlib.ct2peer): each folder of
+    make bench that holds a ct2.csv, with its run from ct2_checks.json."""
+    parts = []
+    for f in folders:
+        if not (root / f / "ct2.csv").is_file():
+            continue
+        t, c = _csv(root, f"{f}/ct2.csv"), _json(root, f"{f}/ct2_checks.json")
+        _valid(t, ["decoder", "score", "ms", "vs_ct2", "vs_ct2_lo", "vs_ct2_hi", "speedup"])
+        if not t["decoder"].str.startswith("CTranslate2").any():
+            raise ReportError(f"{f}/ct2.csv: no CTranslate2 row")
+        bild = t[t["decoder"].str.contains("≤")]
+        best = bild.nsmallest(1, "ms")
+        lead = ("" if best.empty else
+                f"The fastest BiLD within 0.5 BLEU ({best['label'].iloc[0]}) takes "
+                f"**{_ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** CTranslate2 greedy's time.\n\n")  # fmt: skip
+        rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", _ci(r, "vs_ct2", ".2f", "×"),
+                 _ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
+        parts.append(
+            f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
+            f"({c['cpu']}), {c['threads']} threads, CTranslate2 {c['ctranslate2']}; each engine in its own "
+            f"process, alternated in blocks of {c['block']} sentences; `{c['signature']}`.*\n\n" + lead
+            + _table(["decoder", "BLEU", "ms / sentence", "time vs CTranslate2 greedy [95 %]",
+                      "speedup vs vanilla large [95 %]"], rows))  # fmt: skip
+    if not parts:
+        raise ReportError(f"no ct2.csv in {', '.join(folders)}: make bench writes them")
+    return "\n\n".join(parts)
+
+
 def early_exit(root: Path) -> str:
     b, m = _csv(root, "figures/fig7_best.csv"), _csv(root, "figures/fig7_matched.csv")
     c6, c7 = _json(root, "figures/fig6_checks.json"), _json(root, "figures/fig7_checks.json")
@@ -352,7 +381,7 @@ def _batchbench():
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
-    "early-exit": early_exit, "peers": peers,
+    "early-exit": early_exit, "peers": peers, "ct2": ct2,
     # docs/results.md
     "headline-point": lambda r: table1(r, "figures/full", "point"),
     "table1-point": lambda r: table1(r, rule="point"),

@@ -245,3 +245,51 @@ def test_a_model_cast_after_a_lean_lm_gets_fresh_fused_weights(kind):
     a, b = (lm.forward([lm.start(src)]) for lm in (lean, hf))
     assert a.dtype == b.dtype == torch.bfloat16
     torch.testing.assert_close(a.float(), b.float(), atol=0.1 * b.float().abs().max().item(), rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["t5-tied", "mt5", "llama"])
+def test_column_major_weights_keep_values_and_logits_and_hold_one_copy(kind):
+    """The CPU float32 layout (lean_common.column_major): every linear weight keeps its values and
+    shape, is stored (in, out), fused matrices keep that layout as views, and the logits equal
+    those of an untouched row-major copy on HF's forward within 1e-4 (the engines' tolerance)."""
+    import copy
+
+    from bildlib.models.lean_common import column_major
+
+    model = tiny(kind)
+    ref = copy.deepcopy(model)  # row-major, never touched
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    held = lambda: {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}  # noqa: E731
+    size = sum(held().values())
+    lean = LM(model, tiny_tokenizer(), "col", "lean")  # make() moves the weights
+    assert column_major(model) == 0  # already moved
+    lins = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(m.weight.stride(0) == 1 and m.weight.stride(1) >= m.weight.shape[0] for m in lins)  # (in, out)
+    assert all(m.weight.is_contiguous() for m in ref.modules() if isinstance(m, torch.nn.Linear))
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]), n
+    assert sum(held().values()) == size  # moved and fused in place of the old tensors, no copy
+    hf = LM(ref, tiny_tokenizer(), "row", "hf")
+    for src in sources(2, seed=11):
+        b = hf.start(src)
+        lean.start(src)
+        for step in SCHEDULE:
+            if step[0] == "crop":
+                hf.crop(step[1])
+                lean.crop(step[1])
+                continue
+            toks = [b] + step[1:] if step == [0] else step
+            torch.testing.assert_close(lean.forward(toks), hf.forward(toks), atol=1e-4, rtol=0)
+
+
+def test_load_model_stores_float32_weights_column_major_on_cpu_only_in_float32():
+    from bildlib.models import load_model
+
+    path = REPO / "data" / "checkpoints" / "multi30k-small"
+    f32, _ = load_model(path, dtype="float32")
+    bf16, _ = load_model(path, dtype="bfloat16")
+    w32, w16 = f32.lm_head.weight, bf16.lm_head.weight
+    assert w32.t().is_contiguous() and not w32.is_contiguous()  # (in, out) storage, (out, in) view
+    assert w16.is_contiguous()  # bf16 keeps HF's layout: transposed bf16 products were 4x slower here
+    assert torch.equal(w32.to(torch.bfloat16), w16)
+    assert f32.shared.weight.data_ptr() == w32.data_ptr()  # the tied embedding moved with its head

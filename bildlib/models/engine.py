@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
-from bildlib.models.lean_common import UnsupportedArchitectureError
+from bildlib.models.lean_common import UnsupportedArchitectureError, column_major
 from bildlib.models.lean_t5 import LeanT5
 
 ENGINES = ("auto", "lean", "hf")
@@ -87,6 +87,8 @@ def make(model, engine: str = "auto", name: str = "model"):
         return HF(model)
     why = why_not_lean(model.config, model.dtype, type(model).__name__)
     if why is None:
+        if model.device.type == "cpu" and model.dtype == torch.float32:
+            column_major(model)  # faster one-row products (lean_common.column_major)
         return LEAN[model.config.model_type](model)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")

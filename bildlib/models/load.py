@@ -10,6 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from bildlib import REPO_ROOT, data
+from bildlib.models.lean_common import column_major
 
 
 class ModelUnavailableError(FileNotFoundError):
@@ -121,7 +122,8 @@ def load_tokenizer(name: str | Path):
 
 def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "default"):
     """(model, tokenizer) for an encoder-decoder or a decoder-only checkpoint (a folder or a hub
-    id, see `locate`), in eval mode, on `device`, in `dtype` (see resolve_dtype)."""
+    id, see `locate`), in eval mode, on `device`, in `dtype` (see resolve_dtype). On a CPU in
+    float32 its linear weights are stored column-major (models.lean_common.column_major)."""
     check_dtype(dtype)
     dev = resolve_device(device)
     path = locate(name)
@@ -134,7 +136,10 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
         raise _unavailable(path, e) from e
     check_vocab(tok, model.config, path)
     stored = stored_dtype(path) or model.dtype
-    return model.to(dev, resolve_dtype(dtype, dev, stored)).eval(), tok
+    model = model.to(dev, resolve_dtype(dtype, dev, stored)).eval()
+    if dev.type == "cpu" and model.dtype == torch.float32:
+        column_major(model)  # every engine, HF's too: faster one-row products (docs/engines.md)
+    return model, tok
 
 
 def check_vocab(tok, config, name: str = "model") -> None:

@@ -1,0 +1,80 @@
+"""CTranslate2 as the measured peer (bildlib.ct2peer): its process never holds torch, its greedy
+output is bildlib's vanilla greedy on the same checkpoint, the comparison alternates the two
+processes on the same sentences and resumes, and a missing extra says which one."""
+
+import sys
+
+import pytest
+
+from bildlib import ct2peer, data, presets
+from bildlib import experiments as X
+from bildlib.decoding import vanilla
+from conftest import REPO
+
+LARGE = REPO / "data" / "checkpoints" / "multi30k-large"
+pytest.importorskip("ctranslate2", reason="the extra `peers` (make setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    ct2peer.CONVERTED = tmp_path_factory.mktemp("ct2")
+    return ct2peer.convert(LARGE)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return X.Models(presets.get("multi30k"), "cpu", "float32")
+
+
+def test_ct2_greedy_is_bildlib_vanilla_greedy_on_the_shipped_large(multi30k_dir, converted, models):
+    assert converted.parent == ct2peer.CONVERTED and (converted / "model.bin").is_file()
+    assert ct2peer.convert(LARGE) == converted  # a second call reuses the conversion
+    lm = models.get("large")
+    src = data.load("multi30k", "val", 25).sources
+    with ct2peer.Worker(converted, 2) as w:
+        assert w.info["torch"] is False  # its own process, without torch's OpenMP runtime
+        for s in src:
+            ids = lm.encode(s)
+            out, sec = w.decode(lm.tok.convert_ids_to_tokens(ids), 128)
+            ours, _ = vanilla(lm, ids)
+            assert sec > 0
+            assert lm.tok.convert_tokens_to_ids(out) == [t for t in ours if t != lm.eos], s
+
+
+def test_compare_alternates_the_processes_and_resumes(multi30k_dir, converted, models, tmp_path):
+    configs = [X.vanilla("large"), X.bild("aligned", 0.5, 1.0)]
+    six = data.load("multi30k", "val", 6)
+    four = data.load("multi30k", "val", 4)
+    part = tmp_path / "rows.partial.parquet"
+    first = ct2peer.compare(models, configs, four, block=3, warmup=1, partial=part, progress=False)
+    names = [c.label for c in configs] + [ct2peer.NAME]
+    assert len(first) == 4 * 3 and set(first["decoder"]) == set(names)
+    # blocks of 3: ours on sentences 0-2 (each configuration in turn), then CTranslate2 on 0-2
+    head = first.iloc[:9]
+    assert list(head["id"]) == [0, 0, 1, 1, 2, 2, 0, 1, 2]
+    assert list(head["decoder"][6:]) == [ct2peer.NAME] * 3
+    again = ct2peer.compare(models, configs, six, block=3, warmup=1, partial=part, progress=False)
+    assert len(again) == 6 * 3
+    kept = again.iloc[:12].reset_index(drop=True)  # the first run's rows, not decoded again
+    assert kept["latency_s"].tolist() == first["latency_s"].tolist()
+    t = ct2peer.summary(again, six, "bleu", configs[0].label).set_index("decoder")
+    assert t.loc[ct2peer.NAME, "vs_ct2"] == pytest.approx(1.0)
+    assert t.loc[configs[0].label, "speedup"] == pytest.approx(1.0)
+    for d in names:
+        r = t.loc[d]
+        assert r["vs_ct2_lo"] <= r["vs_ct2"] + 1e-9 and r["vs_ct2"] <= r["vs_ct2_hi"] + 1e-9
+        assert r["signature"].startswith("nrefs:1")
+    ct2_bleu, ours = t.loc[ct2peer.NAME, "score"], t.loc[configs[0].label, "score"]
+    assert ct2_bleu == pytest.approx(ours)  # the same greedy output, scored alike
+
+
+def test_bad_arguments_and_a_missing_extra_are_named(monkeypatch, tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        ct2peer.converted(tmp_path)
+    with pytest.raises(ValueError, match="block"):
+        ct2peer.compare(None, [], data.Split.__new__(data.Split), block=0)
+    monkeypatch.setattr(ct2peer, "CONVERTED", tmp_path / "ct2")
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if the extra were not installed
+    with pytest.raises(ct2peer.PeerUnavailableError, match=r"\.\[peers\]"):
+        ct2peer.convert(LARGE)
+    assert not (tmp_path / "ct2").exists()
