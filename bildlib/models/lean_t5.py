@@ -1,7 +1,10 @@
 """Lean T5 / mT5: the loaded Hugging Face model's own weights driven by plain tensor ops, with a
 preallocated KV cache, cross-attention K/V computed once per source and a precomputed
 relative-position bias table. The logits equal HF's (tests/test_engine.py); the framework cost
-per call (cache objects, masks, output dataclasses, module hooks) is gone.
+per call (cache objects, masks, output dataclasses, module hooks) is gone, and a step is about
+half the operators of the same step written with F.linear and F.rms_norm: products as torch.mm
+on the weights' transposed views, the residual added inside addmm, attention as bmm, and in
+float32 the RMS norm as one vector norm (docs/engines.md, *Anatomy of a step*).
 
 Layer-granular: `embed`, `layer(i, x, pos)`, `head` run one piece each, so an early exit can
 stop between layers; `forward` is the three in a row. The caller owns the lengths: layer i
@@ -38,6 +41,13 @@ class LeanT5:
         self.rel_enc = model.encoder.block[0].layer[0].SelfAttention  # its compute_bias: HF's buckets
         self.rel_dec = model.decoder.block[0].layer[0].SelfAttention
         self.n_layers = len(self.dec)
+        self.fast_norm = model.dtype == torch.float32  # half precision keeps HF's rounding (rms)
+        self.eps_d = torch.tensor(self.d * self.eps, dtype=model.dtype, device=model.device)
+        for w in self.enc + self.dec:
+            _transposed(w, self.d if self.fast_norm else None)
+        self.lm_t = self.lm.t()  # (d, V)
+        head = self.dec_ln * (self.scale or 1.0)  # tied T5 heads scale by d_model^-0.5
+        self.head_ln = head * self.d**0.5 if self.fast_norm else head
         self.kv = Buffers(self.n_layers, self.H, self.dh, model.dtype, model.device)
         self.bias = torch.empty(0)  # (H, T, T) decoder self-attention bias, causal mask folded in
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (H, S, dh) K and V
@@ -68,10 +78,12 @@ class LeanT5:
         return self._block(x, self.dec[i], self.bias[:, pos : pos + k, : pos + k], i, pos)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fast_norm:
+            return torch.mm(self._norm(x, self.head_ln), self.lm_t)  # (k, V)
         h = rms(x, self.dec_ln, self.eps)
         if self.scale is not None:  # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs)
             h = h * self.scale
-        return F.linear(h, self.lm)  # (k, V)
+        return torch.mm(h, self.lm_t)  # (k, V)
 
     def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Logits (k, V) for tokens (k,) at decoder positions [pos, pos + k)."""
@@ -92,28 +104,35 @@ class LeanT5:
         """Nothing to do: the caller's lengths decide what the next call reads and overwrites."""
 
     # -- internals ------------------------------------------------------------------------------
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """T5's RMS norm. float32: x * rsqrt(|x|^2 + d eps) * (w sqrt(d)), five operators where
+        F.rms_norm runs a dozen (within 1e-6 of it); half precision: lean_common.rms, HF's rounding."""
+        if not self.fast_norm:
+            return rms(x, w, self.eps)
+        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (k, 1)
+        return torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_()).mul_(w)
+
     def _block(self, x, w, bias, i: int | None, pos: int) -> torch.Tensor:
-        """One T5 block; i None: an encoder block (no cache, no cross-attention)."""
+        """One T5 block; i None: an encoder block (no cache, no cross-attention). w's "_t" entries
+        are (in, out) views of its weights, "_n" its norm weights as _norm takes them."""
         k, H, dh = x.shape[0], self.H, self.dh
-        qkv = (
-            F.linear(rms(x, w["ln0"], self.eps), w["qkv"]).view(k, 3, H, dh).transpose(0, 2)
-        )  # (H, 3, k, dh)
-        q, kk, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # (H, k, dh) each
+        qkv = torch.mm(self._norm(x, w["ln0_n"]), w["qkv_t"]).view(k, 3, H, dh).transpose(0, 2)
+        q, kk, v = qkv.unbind(1)  # (H, k, dh) each
         if i is not None:  # write this call's keys and values, attend to the whole prefix
             kk, v = self.kv.put(i, kk, v, pos)
         a = attend(q, kk, v, bias)  # (H, k, dh)
-        x = x + F.linear(a.transpose(0, 1).reshape(k, H * dh), w["o"])
+        x = torch.addmm(x, a.transpose(0, 1).reshape(k, H * dh), w["o_t"])  # x + a o
         if i is not None:  # cross-attention over the source, K/V from begin()
-            q = F.linear(rms(x, w["ln1"], self.eps), w["cq"]).view(k, H, dh).transpose(0, 1)
+            q = torch.mm(self._norm(x, w["ln1_n"]), w["cq_t"]).view(k, H, dh).transpose(0, 1)
             ck, cv = self.cross[i]
             a = attend(q, ck, cv, None)
-            x = x + F.linear(a.transpose(0, 1).reshape(k, H * dh), w["co"])
-        h = rms(x, w["lnf"], self.eps)
+            x = torch.addmm(x, a.transpose(0, 1).reshape(k, H * dh), w["co_t"])
+        h = self._norm(x, w["lnf_n"])
         if self.gated:
-            h = self.act(F.linear(h, w["wi0"])) * F.linear(h, w["wi1"])
+            h = self.act(torch.mm(h, w["wi0_t"])) * torch.mm(h, w["wi1_t"])
         else:
-            h = self.act(F.linear(h, w["wi"]))
-        return x + F.linear(h, w["wo"])
+            h = self.act(torch.mm(h, w["wi_t"]))
+        return torch.addmm(x, h, w["wo_t"])
 
     def _grow(self, n: int) -> None:
         """The bias table covers n positions (doubling, so a long output rebuilds it rarely)."""
@@ -145,3 +164,13 @@ def _weights(block, fuse_kv: bool) -> dict:
         }
         w["ckv"] = fuse(ca.EncDecAttention.k, ca.EncDecAttention.v)[0]
     return w
+
+
+def _transposed(w: dict, d: int | None) -> None:
+    """Adds to a block's weights the (in, out) view of each matrix ("_t", no copy) and each norm
+    weight as _norm takes it ("_n": times sqrt(d) for the float32 norm, d given; else itself)."""
+    for name, t in list(w.items()):
+        if name.startswith("ln"):
+            w[name + "_n"] = t * d**0.5 if d else t
+        else:
+            w[name + "_t"] = t.t()
