@@ -9,6 +9,7 @@ and their 95 % intervals come from the same bootstrap as the sweeps' (bildlib.in
 Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines.md.
 
     python -m bildlib.ct2peer convert data/checkpoints/multi30k-large    # make ct2
+    python -m bildlib.ct2peer steps      # its decoder step on the shipped pair, as callbench's
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ class Worker:
             raise RuntimeError(f"bildlib.ct2worker exited with status {self.p.wait()} (its stderr above)")
         return json.loads(line)
 
-    def decode(self, tokens: list[str], max_len: int) -> tuple[list[str], float]:
-        self.p.stdin.write(json.dumps({"tokens": tokens, "max": max_len}) + "\n")
+    def decode(self, tokens: list[str], max_len: int, min_len: int = 0) -> tuple[list[str], float]:
+        self.p.stdin.write(json.dumps({"tokens": tokens, "max": max_len, "min": min_len}) + "\n")
         r = self._read()
         return r["tokens"], r["s"]
 
@@ -184,14 +185,42 @@ def _iv(name: str, x: np.ndarray) -> dict:
     return {f"{name}_lo": lo, f"{name}_hi": hi}
 
 
+def steps(path: str | Path, source: list[str], threads: int = 2, n: int = 20, rounds: int = 50) -> dict:
+    """CTranslate2's cost of a sentence's parts on one source (its tokens): the median time of a
+    forced 1-token output (encoding and one step) and of a forced (n + 1)-token one, alternated;
+    a decoder step is their difference over n (docs/engines.md compares it with the lean step)."""
+    import statistics
+
+    with Worker(convert(path), threads) as w:
+        one, many = [], []
+        for r in range(rounds + 5):
+            a, b = w.decode(source, 1, 1)[1], w.decode(source, n + 1, n + 1)[1]
+            if r >= 5:  # the first rounds warm up
+                one.append(a)
+                many.append(b)
+    m1, mn = statistics.median(one), statistics.median(many)
+    return {"model": Path(path).name, "encode_and_step_ms": 1e3 * m1, "step_ms": 1e3 * (mn - m1) / n}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("convert", help="convert checkpoints for CTranslate2 into build/ct2/")
     c.add_argument("paths", nargs="+")
+    s = sub.add_parser("steps", help="CTranslate2's decoder step on the shipped pair (first val sentence)")
+    s.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
-    for path in a.paths:
-        print(repo_relative(convert(path)))
+    if a.cmd == "convert":
+        for path in a.paths:
+            print(repo_relative(convert(path)))
+        return
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(REPO_ROOT / "data" / "checkpoints" / "multi30k-tokenizer")
+    src = tok.convert_ids_to_tokens(tok(data.load("multi30k", "val", 1).sources[0])["input_ids"])
+    ckpt = REPO_ROOT / "data" / "checkpoints"
+    rows = [steps(ckpt / m, src, a.threads) for m in ("multi30k-small-aligned", "multi30k-large")]
+    print(pd.DataFrame(rows).round(3).to_string(index=False))
 
 
 if __name__ == "__main__":

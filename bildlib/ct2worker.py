@@ -2,7 +2,8 @@
 
 Never imports torch: torch and CTranslate2 each bring an OpenMP runtime, and in one process
 CTranslate2 ran 3.5x slower (docs/engines.md, *CTranslate2*). Requests are JSON lines on stdin,
-{"tokens": [source tokens], "max": max_decoding_length}; each answer is one JSON line,
+{"tokens": [source tokens], "max": max_decoding_length} (and "min": min_decoding_length,
+to force a length); each answer is one JSON line,
 {"tokens": [output tokens], "s": seconds of translate_batch alone}. The first line it writes
 says it is ready: {"ready": true, "version": ..., "torch": false}.
 
@@ -25,7 +26,8 @@ def serve(model_dir: str, threads: int) -> None:
     for line in sys.stdin:
         req = json.loads(line)
         t0 = time.perf_counter()
-        r = tr.translate_batch([req["tokens"]], beam_size=1, max_decoding_length=req["max"])
+        n = {"max_decoding_length": req["max"], "min_decoding_length": req.get("min", 0)}
+        r = tr.translate_batch([req["tokens"]], beam_size=1, **n)
         dt = time.perf_counter() - t0
         print(json.dumps({"tokens": r[0].hypotheses[0], "s": dt}), flush=True)
 

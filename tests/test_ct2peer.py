@@ -78,3 +78,12 @@ def test_bad_arguments_and_a_missing_extra_are_named(monkeypatch, tmp_path):
     with pytest.raises(ct2peer.PeerUnavailableError, match=r"\.\[peers\]"):
         ct2peer.convert(LARGE)
     assert not (tmp_path / "ct2").exists()
+
+
+def test_steps_times_a_forced_length_in_the_peer_process(multi30k_dir, converted, models):
+    lm = models.get("large")
+    src = lm.tok.convert_ids_to_tokens(lm.encode(data.load("multi30k", "val", 1).sources[0]))
+    r = ct2peer.steps(LARGE, src, rounds=2, n=3)
+    assert r["model"] == "multi30k-large" and r["encode_and_step_ms"] > 0
+    with ct2peer.Worker(converted, 2) as w:  # min = max forces the output's length
+        assert len(w.decode(src, 4, 4)[0]) == 4
