@@ -17,8 +17,9 @@ pytest.importorskip("ctranslate2", reason="the extra `peers` (make setup install
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    ct2peer.CONVERTED = tmp_path_factory.mktemp("ct2")
-    return ct2peer.convert(LARGE)
+    with pytest.MonkeyPatch.context() as mp:  # conversions of this module go to a temporary folder
+        mp.setattr(ct2peer, "CONVERTED", tmp_path_factory.mktemp("ct2"))
+        yield ct2peer.convert(LARGE)
 
 
 @pytest.fixture(scope="module")
