@@ -22,6 +22,12 @@ from bildlib.models import LM, load_model
 PAIR = ("data/checkpoints/multi30k-small-aligned", "data/checkpoints/multi30k-large")
 
 
+def _prefix(lm: LM, src: list[int]) -> None:
+    """Start `src` and run a 9-token decoder prefix, as mid-sentence: every timed call follows it."""
+    lm.start(src)
+    lm.forward([0] + [5] * 8)
+
+
 def _time(lm: LM, tokens: list[int], n: int) -> float:
     """Seconds of one forward of `tokens` after a prefix of n decoder tokens."""
     lm.crop(n)
@@ -59,8 +65,7 @@ def bench(
         compile_s = {}
         for e, lm in lms.items():
             t0 = time.perf_counter()
-            lm.start(tok(src_text)["input_ids"])
-            lm.forward([0] + [5] * 8)  # a 9-token prefix, as mid-sentence
+            _prefix(lm, tok(src_text)["input_ids"])
             _time(lm, [7], 9), _time(lm, [7] * k, 9)  # compiles every shape it will meet
             compile_s[e] = time.perf_counter() - t0
         times = {(e, c): [] for e in lms for c in ("1", "k")}
@@ -102,8 +107,7 @@ def anatomy(lm: LM, src: list[int], steps: int = 200) -> dict:
     bmm included), the weights it reads and the rate it reads them at within the products."""
     from torch.profiler import ProfilerActivity, profile
 
-    lm.start(src)
-    lm.forward([0] + [5] * 8)
+    _prefix(lm, src)
     ts = sorted(_time(lm, [7], 9) for _ in range(steps))
     with profile(activities=[ProfilerActivity.CPU]) as p:
         for _ in range(steps // 2):
@@ -122,8 +126,7 @@ def situ(small: LM, large: LM, src: list[int], k: int = 10, draft: int = 5, roun
     """Calls as BiLD makes them: `draft` small steps, then one large call of k tokens, `rounds`
     times; medians of each against the same calls in blocks of one model (as bench times them)."""
     for lm in (small, large):
-        lm.start(src)
-        lm.forward([0] + [5] * 8)
+        _prefix(lm, src)
     alone_s = [_time(small, [7], 9) for _ in range(rounds)]
     alone_l = [_time(large, [7] * k, 9) for _ in range(rounds)]
     mixed_s, mixed_l = [], []

@@ -28,6 +28,7 @@ from bildlib import REPO_ROOT, data, intervals, metrics, repo_relative
 
 CONVERTED = REPO_ROOT / "build" / "ct2"  # converted checkpoints (git-ignored; make ct2)
 NAME = "CTranslate2 greedy (large)"
+BLOCK, WARMUP = 10, 5  # sentences per alternation block; untimed sentences each side warms on
 
 
 class PeerUnavailableError(RuntimeError):
@@ -107,7 +108,7 @@ class Worker:
         self.close()
 
 
-def compare(models, configs, examples: data.Split, threads: int = 2, block: int = 10, warmup: int = 5,
+def compare(models, configs, examples: data.Split, threads: int = 2, block: int = BLOCK, warmup: int = WARMUP,
             partial: Path | None = None, progress: bool = True) -> pd.DataFrame:  # fmt: skip
     """Rows (id, decoder, latency_s, output) of CTranslate2 greedy on the large checkpoint
     (decoder NAME) and of each experiments.Config in `configs` on `models` (an

@@ -121,6 +121,8 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     import hashlib
     from pathlib import Path
 
+    import torch
+
     from bildlib import ct2peer, notebook, plots, presets
     from bildlib.evaluate import device_name, machine
     from bildlib.experiments.runner import examples
@@ -143,11 +145,10 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     t["decoder"] = t["label"].map(lambda x: names.get(x, x))
     t["dtype"] = str(models.get("large").model.dtype).removeprefix("torch.")
     plots.save_table(t.drop(columns="signature"), "ct2", out)
-    import torch
-
     cpu = torch.backends.cpu.get_cpu_capability() + (", native bf16" if native_bf16() else "")
-    checks = {"n": n_examples, "split": split, "threads": threads, "block": 10, "warmup": 5,
-              "ctranslate2": rows.attrs["ctranslate2"], "signature": t["signature"].iloc[0],
+    checks = {"n": n_examples, "split": split, "threads": threads,
+              "block": ct2peer.BLOCK, "warmup": ct2peer.WARMUP, "ctranslate2": rows.attrs["ctranslate2"],
+              "signature": t["signature"].iloc[0],
               "processor": device_name(torch.device("cpu")), "cpu": cpu, "torch": torch.__version__,
               "platform": machine()["platform"], "processes": "separate, alternated in blocks"}  # fmt: skip
     notebook.save_checks(checks, "ct2", out)

@@ -87,8 +87,7 @@ def make(model, engine: str = "auto", name: str = "model"):
         return HF(model)
     why = why_not_lean(model.config, model.dtype, type(model).__name__)
     if why is None:
-        if model.device.type == "cpu" and model.dtype == torch.float32:
-            column_major(model)  # faster one-row products (lean_common.column_major)
+        column_major(model)  # CPU float32: faster one-row products (lean_common.column_major)
         return LEAN[model.config.model_type](model)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")

@@ -78,15 +78,18 @@ def column_major(model: torch.nn.Module) -> int:
     forward are unchanged, but F.linear(x, w) then multiplies x @ (in, out) without a transposed
     operand, which on a CPU in float32 reads weights that sit in memory 25-45 % faster at one or
     a few rows (docs/engines.md, *Anatomy of a step*). A weight already column-major is left (a
-    second call moves nothing); tied weights move once, with their embedding."""
+    second call moves nothing); tied weights move once, with their embedding. Only float32
+    weights on a CPU move: elsewhere (bf16, CUDA) HF's layout stays."""
     moved = 0
     with torch.no_grad():
         for m in model.modules():
             w = getattr(m, "weight", None)
-            if isinstance(m, torch.nn.Linear) and w is not None and w.dim() == 2 and w.is_contiguous():
-                if not w.t().is_contiguous():  # a (n, 1) or (1, n) weight is both
-                    w.data = w.t().contiguous().t()
-                    moved += 1
+            if not isinstance(m, torch.nn.Linear) or w is None or w.dim() != 2 or not w.is_contiguous():
+                continue
+            if w.device.type != "cpu" or w.dtype != torch.float32 or w.t().is_contiguous():
+                continue  # HF's layout stays; a (n, 1) or (1, n) weight is both layouts
+            w.data = w.t().contiguous().t()
+            moved += 1
     return moved
 
 

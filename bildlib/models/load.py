@@ -137,8 +137,7 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
     check_vocab(tok, model.config, path)
     stored = stored_dtype(path) or model.dtype
     model = model.to(dev, resolve_dtype(dtype, dev, stored)).eval()
-    if dev.type == "cpu" and model.dtype == torch.float32:
-        column_major(model)  # every engine, HF's too: faster one-row products (docs/engines.md)
+    column_major(model)  # CPU float32, every engine, HF's too: faster one-row products (docs/engines.md)
     return model, tok
 
 

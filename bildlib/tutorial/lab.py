@@ -13,7 +13,7 @@ import torch
 
 from bildlib import data, presets
 from bildlib import decoding as D
-from bildlib.callbench import _time
+from bildlib.callbench import _prefix, _time
 from bildlib.decoding.common import check_count, check_threshold
 from bildlib.models import load_pair
 from bildlib.tutorial.record import Recorded, story
@@ -97,8 +97,7 @@ def call_costs(lab: Lab, ks=range(1, 12), rounds: int = 30):
     over k tokens after a 9-token prefix, as BiLD makes them (models.callbench's method)."""
     src = lab.sources[0]
     for m in (lab.small, lab.large):
-        m.start(src)
-        m.forward([0] + [5] * 8)
+        _prefix(m, src)
         _time(m, [7], 9)  # warm-up
     step = statistics.median(_time(lab.small, [7], 9) for _ in range(rounds))
     cost = {k: statistics.median(_time(lab.large, [7] * k, 9) for _ in range(rounds)) for k in ks}
