@@ -56,6 +56,19 @@ SCHEDULE = [
 ]
 
 
+def schedule(lms, src):
+    """Runs SCHEDULE on every LM in lms from source src; yields their logits at each call."""
+    bos = [lm.start(src) for lm in lms]
+    assert len(set(bos)) == 1
+    for step in SCHEDULE:
+        if step[0] == "crop":
+            for lm in lms:
+                lm.crop(step[1])
+            continue
+        toks = [bos[0]] + step[1:] if step == [0] else step  # the first call starts at bos
+        yield [lm.forward(toks) for lm in lms]
+
+
 @pytest.mark.parametrize("kind", ARCHS)
 def test_lean_logits_equal_hf_at_every_call_and_crop(kind):
     hf, lean = both(tiny(kind))
@@ -63,15 +76,8 @@ def test_lean_logits_equal_hf_at_every_call_and_crop(kind):
     expected = {"t5": LeanT5, "t5-tied": LeanT5, "mt5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
     assert isinstance(lean.impl, expected[kind])
     for src in sources(3, seed=7):
-        b0, b1 = hf.start(src), lean.start(src)
-        assert b0 == b1
-        for step in SCHEDULE:
-            if step[0] == "crop":
-                hf.crop(step[1])
-                lean.crop(step[1])
-                continue
-            toks = [b0] + step[1:] if step == [0] else step  # the first call starts at bos
-            torch.testing.assert_close(lean.forward(toks), hf.forward(toks), atol=1e-4, rtol=0)
+        for a, b in schedule([lean, hf], src):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
         assert lean.ids == hf.ids
 
 
@@ -271,15 +277,8 @@ def test_column_major_weights_keep_values_and_logits_and_hold_one_copy(kind):
     assert sum(held().values()) == size  # moved and fused in place of the old tensors, no copy
     hf = LM(ref, tiny_tokenizer(), "row", "hf")
     for src in sources(2, seed=11):
-        b = hf.start(src)
-        lean.start(src)
-        for step in SCHEDULE:
-            if step[0] == "crop":
-                hf.crop(step[1])
-                lean.crop(step[1])
-                continue
-            toks = [b] + step[1:] if step == [0] else step
-            torch.testing.assert_close(lean.forward(toks), hf.forward(toks), atol=1e-4, rtol=0)
+        for a, b in schedule([lean, hf], src):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
 
 
 def test_load_model_stores_float32_weights_column_major_on_cpu_only_in_float32():
@@ -293,3 +292,110 @@ def test_load_model_stores_float32_weights_column_major_on_cpu_only_in_float32()
     assert w16.is_contiguous()  # bf16 keeps HF's layout: transposed bf16 products were 4x slower here
     assert torch.equal(w32.to(torch.bfloat16), w16)
     assert f32.shared.weight.data_ptr() == w32.data_ptr()  # the tied embedding moved with its head
+
+
+# -- the lean T5's products and its folded cross-attention (lean_common.Linear, docs/engines.md) --
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_packed_products_equal_torch_mm(dtype, monkeypatch):
+    """oneDNN's prepacked products against torch.mm on irregular shapes and row counts: the same
+    bits in bf16 (x W^T, relu of it, and res + x W^T rounded once as torch.addmm), float32
+    rounding apart in float32; column-major float32 weights pack alike."""
+    from bildlib.models import lean_common as LC
+
+    if not LC.onednn():
+        pytest.skip("this PyTorch has no oneDNN prepacked linear; Linear uses torch.mm (tested below)")
+    monkeypatch.setattr(LC, "MIN_PACKED_F32", 0)
+    g = torch.Generator().manual_seed(0)
+    exact = dtype == torch.bfloat16
+    for out, inn in [(7, 5), (33, 17), (130, 48), (1152, 384), (8000, 128)]:
+        w = torch.randn(out, inn, generator=g).to(dtype)
+        for ws in (w, w.t().contiguous().t()):  # row-major, column-major
+            lin = LC.Linear(ws)
+            assert lin.p is not None
+            for k in (1, 2, 3, 10, 11, 17):
+                x = torch.randn(k, inn, generator=g).to(dtype)
+                r = torch.randn(k, out, generator=g).to(dtype)
+                y, yr = x @ w.t(), torch.addmm(r, x, w.t())
+                for got, want in [(lin(x), y), (lin.relu(x), y.relu()), (lin.add(x, r), yr)]:
+                    assert got.dtype == dtype and got.shape == (k, out)
+                    if exact:
+                        assert torch.equal(got, want), (out, inn, k)
+                    else:
+                        torch.testing.assert_close(got, want, atol=1e-5 * inn**0.5, rtol=1e-5)
+
+
+def test_linear_falls_back_to_torch_mm_where_packing_does_not_apply(monkeypatch):
+    """No oneDNN (a PyTorch built without it), PACK off, a weight off the CPU, a float16 weight, or
+    a small float32 one: Linear runs torch.mm on the transposed view, with torch.mm's own bits."""
+    from bildlib.models import lean_common as LC
+
+    w, x, r = torch.randn(40, 24), torch.randn(3, 24), torch.randn(3, 40)
+    assert LC.packed(w) is None  # 960 weights: under MIN_PACKED_F32
+    assert LC.packed(torch.empty(2048, 512, device="meta")) is None
+    assert LC.packed(torch.randn(1024, 512).half()) is None
+    monkeypatch.setattr(LC, "_ONEDNN", False)
+    assert LC.packed(torch.randn(1024, 512).bfloat16()) is None
+    monkeypatch.setattr(LC, "_ONEDNN", None)
+    monkeypatch.setattr(LC, "PACK", False)
+    lin = LC.Linear(torch.randn(1024, 512).bfloat16())
+    assert lin.p is None
+    lin = LC.Linear(w)
+    assert torch.equal(lin(x), torch.mm(x, w.t())) and torch.equal(lin.add(x, r), torch.addmm(r, x, w.t()))
+    assert torch.equal(lin.relu(x), torch.mm(x, w.t()).relu())
+
+
+def test_packed_weights_are_reused_and_packed_again_after_an_in_place_change():
+    """A second engine on the same weights packs nothing; an in-place change of the weight (as a
+    training step makes) packs it again, so the products follow the weight."""
+    from bildlib.models import lean_common as LC
+
+    if not LC.onednn():
+        pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    w = torch.randn(64, 32).bfloat16()
+    a, b = LC.Linear(w), LC.Linear(w)
+    assert a.p is b.p
+    with torch.no_grad():
+        w.mul_(2)
+    c, x = LC.Linear(w), torch.randn(1, 32).bfloat16()
+    assert c.p is not a.p and torch.equal(c(x), x @ w.t())
+
+
+@pytest.mark.parametrize("kind", ["t5", "t5-tied", "mt5"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_lean_t5_logits_do_not_depend_on_packing(kind, dtype, monkeypatch):
+    """The whole call/crop schedule (past 128 positions, where the cache and tables grow) on a lean
+    T5 with every product packed, against one with none packed: the same bits in bf16, float32
+    rounding apart in float32 (within 1e-4, as lean against HF)."""
+    from bildlib.models import lean_common as LC
+
+    if not LC.onednn():
+        pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    monkeypatch.setattr(LC, "MIN_PACKED_F32", 0)
+    model = tiny(kind).to(dtype)
+    packed = LM(model, tiny_tokenizer(), "packed", "lean")
+    assert all(w["qkv_l"].p is not None for w in packed.impl.dec)
+    monkeypatch.setattr(LC, "PACK", False)
+    plain = LM(model, tiny_tokenizer(), "plain", "lean")
+    assert all(w["qkv_l"].p is None for w in plain.impl.dec)
+    for src in sources(2, seed=13):
+        for got, want in schedule([packed, plain], src):
+            if dtype == torch.bfloat16:
+                assert torch.equal(got, want)
+            else:
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=0)  # the engines' tolerance
+
+
+@pytest.mark.parametrize("kind", ["t5", "mt5"])
+def test_lean_t5_equals_hf_with_every_float32_product_packed(kind, monkeypatch):
+    """test_lean_logits_equal_hf_at_every_call_and_crop with the float32 products packed too (the
+    tiny models' matrices are under MIN_PACKED_F32, so there they run torch.mm)."""
+    from bildlib.models import lean_common as LC
+
+    monkeypatch.setattr(LC, "MIN_PACKED_F32", 0)
+    hf, lean = both(tiny(kind))
+    assert all(w["qkv_l"].p is not None for w in lean.impl.dec) or not LC.onednn()
+    for src in sources(2, seed=17):
+        for a, b in schedule([lean, hf], src):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=0)

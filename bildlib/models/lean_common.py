@@ -24,6 +24,7 @@ class Buffers:
     def _views(self) -> None:
         self.T = self.buf.shape[-2]
         self.k, self.v = list(self.buf[:, 0]), list(self.buf[:, 1])  # per layer (H, T, dh) views
+        self.kv = list(self.buf)  # per layer (2, H, T, dh) views
 
     def put(self, i: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = pos + k.shape[1]  # k, v: (H, k, dh)
@@ -34,6 +35,15 @@ class Buffers:
         K[:, pos:n] = k
         V[:, pos:n] = v
         return K[:, :n], V[:, :n]  # (H, n, dh) each
+
+    def put2(self, i: int, kv: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """put() for keys and values as one (2, H, k, dh) tensor: one copy instead of two."""
+        n = pos + kv.shape[2]
+        if n > self.T:
+            self.buf = longer(self.buf, n)
+            self._views()
+        self.kv[i].narrow(2, pos, kv.shape[2]).copy_(kv)
+        return self.k[i].narrow(1, 0, n), self.v[i].narrow(1, 0, n)  # (H, n, dh) each
 
 
 def longer(buf: torch.Tensor, n: int) -> torch.Tensor:
@@ -65,6 +75,87 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     if s.dtype != torch.float32:  # s: (H, k, n); the softmax runs in fp32
         return torch.bmm(torch.softmax(s, -1, dtype=torch.float32).to(v.dtype), v)
     return torch.bmm(torch.softmax(s, -1), v)  # (H, k, dh)
+
+
+class Linear:
+    """y = x W^T, and res + x W^T with one rounding (as torch.addmm), for a weight W (out, in).
+
+    On a CPU in float32 or bfloat16 W is prepacked once into oneDNN's blocked layout (PyTorch's
+    own `mkldnn._reorder_linear_weight` / `_linear_pointwise`, the kernels inductor's `freezing`
+    uses): one-row products read it at twice the rate of torch.mm on this project's CPUs, with
+    the same bits in bfloat16 and within float32 rounding of torch.mm in float32 (docs/engines.md,
+    *Anatomy of a step*). The packed copy is kept on W (a second copy of the weights, by design:
+    the HF model keeps its own) and reused while W is unchanged in place. Elsewhere (CUDA, other
+    dtypes, a PyTorch without oneDNN, or `PACK` off) it is torch.mm on W's transposed view."""
+
+    __slots__ = ("p", "t")
+
+    def __init__(self, w: torch.Tensor):
+        self.t = w.t()  # (in, out) view, no copy
+        self.p = packed(w) if PACK else None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) -> (k, out)
+        if self.p is None:
+            return torch.mm(x, self.t)
+        return _LIN(x, self.p, None, "none", [], "")
+
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        """relu(x W^T): rounding and relu commute, so the fused form has the same bits."""
+        if self.p is None:
+            return torch.mm(x, self.t).relu_()
+        return _LIN(x, self.p, None, "relu", [], "")
+
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        """res + x W^T, rounded once (torch.addmm's bits; HF's x + linear(a) rounds twice)."""
+        if self.p is None:
+            return torch.addmm(res, x, self.t)
+        return _LIN_ADD(x, res, self.p, None, "add")
+
+
+# Whether Linear prepacks (tests turn it off to pin the packed products to torch.mm's).
+PACK = True
+# oneDNN's call costs about 10 us whatever the size; float32 torch.mm about 2 us, but it reads
+# large weights at half the rate. Measured crossing (docs/engines.md): about 2^18 weights.
+MIN_PACKED_F32 = 1 << 18
+_LIN = _LIN_ADD = None
+
+
+def packed(w: torch.Tensor) -> torch.Tensor | None:
+    """W (out, in) in oneDNN's layout for one-row products, or None where that does not apply (see
+    Linear). Kept on the tensor with its version counter, so later engines on the same weights
+    pack nothing, and an in-place change of W (training) packs again."""
+    global _LIN, _LIN_ADD
+    if w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16) or not onednn():
+        return None
+    if w.dtype == torch.float32 and w.numel() < MIN_PACKED_F32:
+        return None  # a small float32 product is quicker through torch.mm (no oneDNN call overhead)
+    version = -1 if w.is_inference() else w._version  # inference tensors keep no version counter
+    done = getattr(w, "_bild_packed", None)
+    if done is not None and done[0] == version:
+        return done[1]
+    _LIN, _LIN_ADD = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._linear_pointwise.binary
+    with torch.no_grad():
+        p = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
+    w._bild_packed = (version, p)
+    return p
+
+
+_ONEDNN: bool | None = None
+
+
+def onednn() -> bool:
+    """Whether this PyTorch runs oneDNN's prepacked linear (x86 and most Arm builds): one tiny
+    product, checked against torch.mm once per process."""
+    global _ONEDNN
+    if _ONEDNN is None:
+        try:
+            w, x = torch.eye(3, 2), torch.ones(1, 2)
+            p = torch.ops.mkldnn._reorder_linear_weight(w, None)
+            y = torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "")
+            _ONEDNN = torch.backends.mkldnn.is_available() and torch.equal(y, x @ w.t())
+        except (AttributeError, RuntimeError, NotImplementedError):
+            _ONEDNN = False
+    return _ONEDNN
 
 
 def act_fn(name: str):

@@ -1,10 +1,18 @@
 """Lean T5 / mT5: the loaded Hugging Face model's own weights driven by plain tensor ops, with a
-preallocated KV cache, cross-attention K/V computed once per source and a precomputed
-relative-position bias table. The logits equal HF's (tests/test_engine.py); the framework cost
-per call (cache objects, masks, output dataclasses, module hooks) is gone, and a step is about
-half the operators of the same step written with F.linear and F.rms_norm: products as torch.mm
-on the weights' transposed views, the residual added inside addmm, attention as bmm, and in
-float32 the RMS norm as one vector norm (docs/engines.md, *Anatomy of a step*).
+preallocated KV cache, a precomputed relative-position bias table, and cross-attention folded
+into two small matrices per source. The logits equal HF's in float32 and stay within bf16's
+rounding of them in bfloat16 (tests/test_engine.py); docs/engines.md, *Anatomy of a step*, has
+what each choice below saves.
+
+- Products go through lean_common.Linear: oneDNN-prepacked weights on a CPU, residuals added
+  inside the product (one rounding, as torch.addmm).
+- Attention runs in float32 over a float32 cache, in every dtype: bf16 bmm is 5-7x slower than
+  float32 bmm at these shapes on a CPU, and the keys and values hold the bf16-rounded values.
+- Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
+  h (Wq_h K_h^T) and the output is sum_h p_h (V_h Wo_h^T). begin() computes A = (Wq_h K_h^T)_h
+  (d, H S) and B = (V_h Wo_h^T)_h (H S, d) once, with the norm's weight folded into A, so a
+  decoder call's cross-attention is two products with these small matrices and a softmax,
+  instead of two weight products, two bmm and the casts around them.
 
 Layer-granular: `embed`, `layer(i, x, pos)`, `head` run one piece each, so an early exit can
 stop between layers; `forward` is the three in a row. The caller owns the lengths: layer i
@@ -17,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bildlib.models.lean_common import Buffers, act_fn, attend, fuse, rms
+from bildlib.models.lean_common import Buffers, Linear, act_fn, attend, fuse, rms
 
 
 class LeanT5:
@@ -27,7 +35,7 @@ class LeanT5:
 
     def __init__(self, model):
         c = model.config
-        self.model, self.eps = model, c.layer_norm_epsilon
+        self.model, self.eps, self.dtype = model, c.layer_norm_epsilon, model.dtype
         self.H, self.dh, self.d = c.num_heads, c.d_kv, c.d_model
         self.gated, self.act = bool(c.is_gated_act), act_fn(c.dense_act_fn)
         self.scale = c.d_model**-0.5 if getattr(c, "scale_decoder_outputs", False) else None
@@ -41,30 +49,35 @@ class LeanT5:
         self.rel_enc = model.encoder.block[0].layer[0].SelfAttention  # its compute_bias: HF's buckets
         self.rel_dec = model.decoder.block[0].layer[0].SelfAttention
         self.n_layers = len(self.dec)
-        self.fast_norm = model.dtype == torch.float32  # half precision keeps HF's rounding (rms)
-        self.eps_d = torch.tensor(self.d * self.eps, dtype=model.dtype, device=model.device)
+        self.f32 = model.dtype == torch.float32  # half precision rounds where HF's model rounds
+        self.eps_d = torch.tensor(self.d * self.eps, dtype=torch.float32, device=model.device)
         for w in self.enc + self.dec:
-            _transposed(w, self.d if self.fast_norm else None)
-        self.lm_t = self.lm.t()  # (d, V)
+            _products(w, self.d if self.f32 else None)
+        self.lm_l = Linear(self.lm)  # (d -> V)
         head = self.dec_ln * (self.scale or 1.0)  # tied T5 heads scale by d_model^-0.5
-        self.head_ln = head * self.d**0.5 if self.fast_norm else head
-        self.kv = Buffers(self.n_layers, self.H, self.dh, model.dtype, model.device)
+        self.head_ln = head * self.d**0.5 if self.f32 else head
+        self.kv = Buffers(self.n_layers, self.H, self.dh, torch.float32, model.device)
         self.bias = torch.empty(0)  # (H, T, T) decoder self-attention bias, causal mask folded in
-        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (H, S, dh) K and V
+        self.bias32 = self.bias  # the same in float32, as the decoder's attention reads it
+        self._at, self._bias = (-1, 0), self.bias  # the (pos, k) of the last call and its rows
+        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer A (d, H S), B (H S, d)
 
     # -- the source ---------------------------------------------------------------------------
     def begin(self, src: torch.Tensor) -> None:
-        """Encode src (1, S) and compute every layer's cross-attention K/V from it, once."""
+        """Encode src (1, S) and fold every layer's cross-attention over it into (A, B), once."""
         x = F.embedding(src[0], self.emb)  # (S, d)
-        S = x.shape[0]
+        S, H, dh, d = x.shape[0], self.H, self.dh, self.d
         bias = self.rel_enc.compute_bias(S, S, device=x.device)[0]  # (H, S, S), bidirectional
         for w in self.enc:
             x = self._block(x, w, bias, None, 0)
         e = rms(x, self.enc_ln, self.eps)  # (S, d)
         self.cross = []
         for w in self.dec:
-            kv = F.linear(e, w["ckv"]).view(S, 2, self.H, self.dh).permute(1, 2, 0, 3)  # (2, H, S, dh)
-            self.cross.append((kv[0], kv[1]))
+            kv = w["ckv_l"](e).view(S, 2, H, dh).permute(1, 2, 0, 3).float()  # (2, H, S, dh), HF's values
+            q, o = w["cq32"], w["co32"]  # (H, d, dh) with the norm's weight folded in, (H, dh, d)
+            A = torch.bmm(q, kv[0].transpose(1, 2)).permute(1, 0, 2).reshape(d, H * S)  # h -> scores
+            B = torch.bmm(kv[1], o).reshape(H * S, d)  # probabilities -> output
+            self.cross.append((A, B))
 
     # -- the decoder, a piece at a time ---------------------------------------------------------
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -74,16 +87,18 @@ class LeanT5:
         """Decoder layer i on x (k, d) at positions [pos, pos + k): self-attention over the cache
         (written here), cross-attention, feed-forward."""
         k = x.shape[0]
-        self._grow(pos + k)
-        return self._block(x, self.dec[i], self.bias[:, pos : pos + k, : pos + k], i, pos)
+        if self._at != (pos, k):  # every layer of a call reads the same rows of the bias
+            self._grow(pos + k)
+            self._at, self._bias = (pos, k), self.bias32[:, pos : pos + k, : pos + k]
+        return self._block(x, self.dec[i], self._bias, i, pos)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fast_norm:
-            return torch.mm(self._norm(x, self.head_ln), self.lm_t)  # (k, V)
-        h = rms(x, self.dec_ln, self.eps)
+        if self.f32:
+            return self.lm_l(self._norm(x, self.head_ln))  # (k, V)
+        h = self._norm(x, self.dec_ln)
         if self.scale is not None:  # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs)
             h = h * self.scale
-        return torch.mm(h, self.lm_t)  # (k, V)
+        return self.lm_l(h)  # (k, V)
 
     def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Logits (k, V) for tokens (k,) at decoder positions [pos, pos + k)."""
@@ -106,33 +121,45 @@ class LeanT5:
     # -- internals ------------------------------------------------------------------------------
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """T5's RMS norm. float32: x * rsqrt(|x|^2 + d eps) * (w sqrt(d)), five operators where
-        F.rms_norm runs a dozen (within 1e-6 of it); half precision: lean_common.rms, HF's rounding."""
-        if not self.fast_norm:
-            return rms(x, w, self.eps)
-        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (k, 1)
-        return torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_()).mul_(w)
+        F.rms_norm runs a dozen (within 1e-6 of it). Half precision: w * round(x * rsqrt(|x|^2 / d
+        + eps)) with the rsqrt in float32, rounded where HF's T5LayerNorm rounds."""
+        if self.f32:
+            n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (k, 1)
+            return torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_()).mul_(w)
+        x = x.float()
+        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        return w * torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_().mul_(self.d**0.5)).to(w.dtype)
 
     def _block(self, x, w, bias, i: int | None, pos: int) -> torch.Tensor:
-        """One T5 block; i None: an encoder block (no cache, no cross-attention). w's "_t" entries
-        are (in, out) views of its weights, "_n" its norm weights as _norm takes them."""
+        """One T5 block; i None: an encoder block (no cache, no cross-attention). w's "_l" entries
+        are its products (lean_common.Linear), "_n" its norm weights as _norm takes them."""
         k, H, dh = x.shape[0], self.H, self.dh
-        qkv = torch.mm(self._norm(x, w["ln0_n"]), w["qkv_t"]).view(k, 3, H, dh).transpose(0, 2)
-        q, kk, v = qkv.unbind(1)  # (H, k, dh) each
-        if i is not None:  # write this call's keys and values, attend to the whole prefix
-            kk, v = self.kv.put(i, kk, v, pos)
-        a = attend(q, kk, v, bias)  # (H, k, dh)
-        x = torch.addmm(x, a.transpose(0, 1).reshape(k, H * dh), w["o_t"])  # x + a o
-        if i is not None:  # cross-attention over the source, K/V from begin()
-            q = torch.mm(self._norm(x, w["ln1_n"]), w["cq_t"]).view(k, H, dh).transpose(0, 1)
-            ck, cv = self.cross[i]
-            a = attend(q, ck, cv, None)
-            x = torch.addmm(x, a.transpose(0, 1).reshape(k, H * dh), w["co_t"])
+        qkv = w["qkv_l"](self._norm(x, w["ln0_n"])).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
+        if i is None:  # the encoder, once per source: attention in the model's dtype, as HF's
+            a = attend(qkv[0], qkv[1], qkv[2], bias)
+        else:  # write this call's keys and values, attend in float32 to the whole prefix
+            a = attend(qkv[0].float(), *self.kv.put2(i, qkv[1:], pos), bias).to(x.dtype)  # (H, k, dh)
+        x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
+        if i is not None:
+            x = self._cross(x, i)
         h = self._norm(x, w["lnf_n"])
         if self.gated:
-            h = self.act(torch.mm(h, w["wi0_t"])) * torch.mm(h, w["wi1_t"])
+            h = self.act(w["wi0_l"](h)) * w["wi1_l"](h)
+        elif self.act is F.relu:
+            h = w["wi_l"].relu(h)
         else:
-            h = self.act(torch.mm(h, w["wi_t"]))
-        return torch.addmm(x, h, w["wo_t"])
+            h = self.act(w["wi_l"](h))
+        return w["wo_l"].add(h, x)
+
+    def _cross(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """x + cross-attention of decoder layer i over the source, in float32: the norm without its
+        weight (folded into A, with sqrt(d)), scores h A (k, H, S), output p B (module docstring)."""
+        A, B = self.cross[i]
+        k, xf = x.shape[0], x.float()
+        n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
+        h = torch.mul(xf, torch.addcmul(self.eps_d, n, n).rsqrt_())  # (k, d), |h| = 1
+        p = torch.softmax(torch.mm(h, A).view(k, self.H, -1), -1)  # (k, H, S)
+        return torch.addmm(xf, p.view(k, -1), B).to(x.dtype)
 
     def _grow(self, n: int) -> None:
         """The bias table covers n positions (doubling, so a long output rebuilds it rarely)."""
@@ -142,6 +169,7 @@ class LeanT5:
         b = self.rel_dec.compute_bias(T, T, device=self.emb.device)[0]  # (H, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=b.device).tril()
         self.bias = torch.where(causal, b, torch.finfo(b.dtype).min)  # as HF's SDPA mask
+        self.bias32 = self.bias.float()
 
 
 def _weights(block, fuse_kv: bool) -> dict:
@@ -163,14 +191,21 @@ def _weights(block, fuse_kv: bool) -> dict:
             "co": ca.EncDecAttention.o.weight,
         }
         w["ckv"] = fuse(ca.EncDecAttention.k, ca.EncDecAttention.v)[0]
+        H = ca.EncDecAttention.n_heads
+        with torch.no_grad():  # float32 factors of the folded cross-attention (LeanT5.begin)
+            d = w["cq"].shape[1]
+            q = w["cq"].float() * (w["ln1"].float() * d**0.5)  # (H dh, d): the norm's weight folded
+            w["cq32"] = q.view(H, -1, d).transpose(1, 2).contiguous()  # (H, d, dh)
+            w["co32"] = w["co"].float().view(d, H, -1).permute(1, 2, 0).contiguous()  # (H, dh, d)
     return w
 
 
-def _transposed(w: dict, d: int | None) -> None:
-    """Adds to a block's weights the (in, out) view of each matrix ("_t", no copy) and each norm
-    weight as _norm takes it ("_n": times sqrt(d) for the float32 norm, d given; else itself)."""
+def _products(w: dict, d: int | None) -> None:
+    """Adds to a block's weights each matrix that a call multiplies by as a lean_common.Linear
+    ("_l"), and each norm weight as _norm takes it ("_n": times sqrt(d) for the float32 norm, d
+    given; else itself)."""
     for name, t in list(w.items()):
         if name.startswith("ln"):
             w[name + "_n"] = t * d**0.5 if d else t
-        else:
-            w[name + "_t"] = t.t()
+        elif name in ("qkv", "o", "wi", "wi0", "wi1", "wo", "ckv"):
+            w[name + "_l"] = Linear(t)
