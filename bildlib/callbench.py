@@ -84,12 +84,15 @@ def bench(
 
 def step_bytes(lm: LM) -> int:
     """Bytes of weights one decoder step reads: the decoder's linears but the cross-attention
-    keys and values (computed once per source), and the head."""
+    keys and values (computed once per source), and the head. The lean T5 reads the
+    cross-attention's folded matrices (models.lean_t5) instead of its query and output weights."""
     m = lm.model
     dec = m.get_decoder() if lm.is_encoder_decoder else m
-    cross = ("EncDecAttention.k", "EncDecAttention.v")
+    folded = getattr(lm.impl, "folded_cross", False)
+    cross = tuple(f"EncDecAttention.{w}" for w in ("kvqo" if folded else "kv"))
     skip = {id(x.weight) for name, x in dec.named_modules() if name.endswith(cross)}
-    seen, n = set(), 0
+    seen = set()
+    n = sum(t.numel() * t.element_size() for ab in lm.impl.cross for t in ab) if folded else 0
     for x in [*dec.modules(), m.get_output_embeddings()]:
         w = getattr(x, "weight", None)
         if isinstance(x, torch.nn.Linear) and id(w) not in skip | seen:

@@ -294,7 +294,18 @@ def test_load_model_stores_float32_weights_column_major_on_cpu_only_in_float32()
     assert f32.shared.weight.data_ptr() == w32.data_ptr()  # the tied embedding moved with its head
 
 
-# -- the lean T5's products and its folded cross-attention (lean_common.Linear, docs/engines.md) --
+# -- the lean T5's products and its folded cross-attention (models.linear, docs/engines.md) ------
+
+
+def all_packed(monkeypatch):
+    """Every product packs (the tiny models' matrices are under MIN_PACKED); skips the test where
+    this PyTorch has no oneDNN prepacked linear (there linear() never packs)."""
+    from bildlib.models import linear as LN
+
+    if not LN.onednn():
+        pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    monkeypatch.setattr(LN, "MIN_PACKED", {torch.float32: 0, torch.bfloat16: 0})
+    return LN
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -302,63 +313,74 @@ def test_packed_products_equal_torch_mm(dtype, monkeypatch):
     """oneDNN's prepacked products against torch.mm on irregular shapes and row counts: the same
     bits in bf16 (x W^T, relu of it, and res + x W^T rounded once as torch.addmm), float32
     rounding apart in float32; column-major float32 weights pack alike."""
-    from bildlib.models import lean_common as LC
-
-    if not LC.onednn():
-        pytest.skip("this PyTorch has no oneDNN prepacked linear; Linear uses torch.mm (tested below)")
-    monkeypatch.setattr(LC, "MIN_PACKED_F32", 0)
+    LN = all_packed(monkeypatch)
     g = torch.Generator().manual_seed(0)
-    exact = dtype == torch.bfloat16
     for out, inn in [(7, 5), (33, 17), (130, 48), (1152, 384), (8000, 128)]:
         w = torch.randn(out, inn, generator=g).to(dtype)
         for ws in (w, w.t().contiguous().t()):  # row-major, column-major
-            lin = LC.Linear(ws)
-            assert lin.p is not None
+            lin = LN.linear(ws)
+            assert isinstance(lin, LN.Packed)
             for k in (1, 2, 3, 10, 11, 17):
                 x = torch.randn(k, inn, generator=g).to(dtype)
                 r = torch.randn(k, out, generator=g).to(dtype)
                 y, yr = x @ w.t(), torch.addmm(r, x, w.t())
                 for got, want in [(lin(x), y), (lin.relu(x), y.relu()), (lin.add(x, r), yr)]:
                     assert got.dtype == dtype and got.shape == (k, out)
-                    if exact:
+                    if dtype == torch.bfloat16:
                         assert torch.equal(got, want), (out, inn, k)
                     else:
                         torch.testing.assert_close(got, want, atol=1e-5 * inn**0.5, rtol=1e-5)
 
 
+def test_small_bf16_products_run_in_float32_within_one_rounding():
+    """A bf16 weight under MIN_PACKED runs as a float32 copy: each result is the float32 product
+    rounded once to bf16, at most one bf16 step from torch.mm's (another summation order)."""
+    from bildlib.models import linear as LN
+
+    g = torch.Generator().manual_seed(1)
+    for out, inn in [(5, 7), (384, 128), (128, 500)]:
+        w = torch.randn(out, inn, generator=g).bfloat16()
+        lin = LN.linear(w)
+        assert isinstance(lin, LN.Float32) and lin.t.dtype == torch.float32
+        for k in (1, 4, 11):
+            x, r = torch.randn(k, inn, generator=g).bfloat16(), torch.randn(k, out, generator=g).bfloat16()
+            y = x.double() @ w.double().t()  # exact: bf16 products fit a double
+            for got, want in [(lin(x), y), (lin.relu(x), y.relu()), (lin.add(x, r), y + r.double())]:
+                assert got.dtype == torch.bfloat16
+                step = want.abs().clamp_min(1e-30) * 2**-7  # one bf16 rounding step (8 bits)
+                assert ((got.double() - want).abs() <= step + 1e-6 * inn).all(), (out, inn, k)
+
+
 def test_linear_falls_back_to_torch_mm_where_packing_does_not_apply(monkeypatch):
     """No oneDNN (a PyTorch built without it), PACK off, a weight off the CPU, a float16 weight, or
-    a small float32 one: Linear runs torch.mm on the transposed view, with torch.mm's own bits."""
-    from bildlib.models import lean_common as LC
+    a small float32 one: linear() runs torch.mm on the transposed view, with torch.mm's own bits."""
+    from bildlib.models import linear as LN
 
     w, x, r = torch.randn(40, 24), torch.randn(3, 24), torch.randn(3, 40)
-    assert LC.packed(w) is None  # 960 weights: under MIN_PACKED_F32
-    assert LC.packed(torch.empty(2048, 512, device="meta")) is None
-    assert LC.packed(torch.randn(1024, 512).half()) is None
-    monkeypatch.setattr(LC, "_ONEDNN", False)
-    assert LC.packed(torch.randn(1024, 512).bfloat16()) is None
-    monkeypatch.setattr(LC, "_ONEDNN", None)
-    monkeypatch.setattr(LC, "PACK", False)
-    lin = LC.Linear(torch.randn(1024, 512).bfloat16())
-    assert lin.p is None
-    lin = LC.Linear(w)
+    assert type(LN.linear(w)) is LN.MM  # 960 float32 weights: under MIN_PACKED
+    assert type(LN.linear(torch.empty(2048, 512, device="meta"))) is LN.MM
+    assert type(LN.linear(torch.randn(1024, 512).half())) is LN.MM
+    monkeypatch.setattr(LN, "_ONEDNN", False)
+    assert type(LN.linear(torch.randn(1024, 512))) is LN.MM
+    assert type(LN.linear(torch.randn(1024, 512).bfloat16())) is LN.Float32
+    monkeypatch.setattr(LN, "_ONEDNN", None)
+    monkeypatch.setattr(LN, "PACK", False)
+    assert type(LN.linear(torch.randn(1024, 512).bfloat16())) is LN.MM
+    lin = LN.linear(w)
     assert torch.equal(lin(x), torch.mm(x, w.t())) and torch.equal(lin.add(x, r), torch.addmm(r, x, w.t()))
     assert torch.equal(lin.relu(x), torch.mm(x, w.t()).relu())
 
 
-def test_packed_weights_are_reused_and_packed_again_after_an_in_place_change():
+def test_packed_weights_are_reused_and_packed_again_after_an_in_place_change(monkeypatch):
     """A second engine on the same weights packs nothing; an in-place change of the weight (as a
     training step makes) packs it again, so the products follow the weight."""
-    from bildlib.models import lean_common as LC
-
-    if not LC.onednn():
-        pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    LN = all_packed(monkeypatch)
     w = torch.randn(64, 32).bfloat16()
-    a, b = LC.Linear(w), LC.Linear(w)
+    a, b = LN.linear(w), LN.linear(w)
     assert a.p is b.p
     with torch.no_grad():
         w.mul_(2)
-    c, x = LC.Linear(w), torch.randn(1, 32).bfloat16()
+    c, x = LN.linear(w), torch.randn(1, 32).bfloat16()
     assert c.p is not a.p and torch.equal(c(x), x @ w.t())
 
 
@@ -366,36 +388,30 @@ def test_packed_weights_are_reused_and_packed_again_after_an_in_place_change():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_lean_t5_logits_do_not_depend_on_packing(kind, dtype, monkeypatch):
     """The whole call/crop schedule (past 128 positions, where the cache and tables grow) on a lean
-    T5 with every product packed, against one with none packed: the same bits in bf16, float32
+    T5 with every product packed, against one with plain torch.mm: the same bits in bf16, float32
     rounding apart in float32 (within 1e-4, as lean against HF)."""
-    from bildlib.models import lean_common as LC
-
-    if not LC.onednn():
-        pytest.skip("this PyTorch has no oneDNN prepacked linear")
-    monkeypatch.setattr(LC, "MIN_PACKED_F32", 0)
+    LN = all_packed(monkeypatch)
     model = tiny(kind).to(dtype)
     packed = LM(model, tiny_tokenizer(), "packed", "lean")
-    assert all(w["qkv_l"].p is not None for w in packed.impl.dec)
-    monkeypatch.setattr(LC, "PACK", False)
+    assert all(isinstance(w["qkv_l"], LN.Packed) for w in packed.impl.dec)
+    monkeypatch.setattr(LN, "PACK", False)
     plain = LM(model, tiny_tokenizer(), "plain", "lean")
-    assert all(w["qkv_l"].p is None for w in plain.impl.dec)
+    assert all(type(w["qkv_l"]) is LN.MM for w in plain.impl.dec)
     for src in sources(2, seed=13):
         for got, want in schedule([packed, plain], src):
             if dtype == torch.bfloat16:
                 assert torch.equal(got, want)
             else:
-                torch.testing.assert_close(got, want, atol=1e-4, rtol=0)  # the engines' tolerance
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("kind", ["t5", "mt5"])
 def test_lean_t5_equals_hf_with_every_float32_product_packed(kind, monkeypatch):
     """test_lean_logits_equal_hf_at_every_call_and_crop with the float32 products packed too (the
-    tiny models' matrices are under MIN_PACKED_F32, so there they run torch.mm)."""
-    from bildlib.models import lean_common as LC
-
-    monkeypatch.setattr(LC, "MIN_PACKED_F32", 0)
+    tiny models' matrices are under MIN_PACKED, so there they run torch.mm)."""
+    LN = all_packed(monkeypatch)
     hf, lean = both(tiny(kind))
-    assert all(w["qkv_l"].p is not None for w in lean.impl.dec) or not LC.onednn()
+    assert all(isinstance(w["qkv_l"], LN.Packed) for w in lean.impl.dec)
     for src in sources(2, seed=17):
         for a, b in schedule([lean, hf], src):
             torch.testing.assert_close(a, b, atol=1e-4, rtol=0)

@@ -4,7 +4,7 @@ into two small matrices per source. The logits equal HF's in float32 and stay wi
 rounding of them in bfloat16 (tests/test_engine.py); docs/engines.md, *Anatomy of a step*, has
 what each choice below saves.
 
-- Products go through lean_common.Linear: oneDNN-prepacked weights on a CPU, residuals added
+- Products go through models.linear: oneDNN-prepacked weights on a CPU, residuals added
   inside the product (one rounding, as torch.addmm).
 - Attention runs in float32 over a float32 cache, in every dtype: bf16 bmm is 5-7x slower than
   float32 bmm at these shapes on a CPU, and the keys and values hold the bf16-rounded values.
@@ -25,13 +25,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bildlib.models.lean_common import Buffers, Linear, act_fn, attend, fuse, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend, fuse, rms
+from bildlib.models.linear import linear
 
 
 class LeanT5:
     """Decoder of a T5ForConditionalGeneration / MT5ForConditionalGeneration, batch 1."""
 
     arch = "t5"
+    folded_cross = True  # cross-attention as (A, B) per source: it reads no query or output weights
 
     def __init__(self, model):
         c = model.config
@@ -53,7 +55,7 @@ class LeanT5:
         self.eps_d = torch.tensor(self.d * self.eps, dtype=torch.float32, device=model.device)
         for w in self.enc + self.dec:
             _products(w, self.d if self.f32 else None)
-        self.lm_l = Linear(self.lm)  # (d -> V)
+        self.lm_l = linear(self.lm)  # (d -> V)
         head = self.dec_ln * (self.scale or 1.0)  # tied T5 heads scale by d_model^-0.5
         self.head_ln = head * self.d**0.5 if self.f32 else head
         self.kv = Buffers(self.n_layers, self.H, self.dh, torch.float32, model.device)
@@ -132,7 +134,7 @@ class LeanT5:
 
     def _block(self, x, w, bias, i: int | None, pos: int) -> torch.Tensor:
         """One T5 block; i None: an encoder block (no cache, no cross-attention). w's "_l" entries
-        are its products (lean_common.Linear), "_n" its norm weights as _norm takes them."""
+        are its products (models.linear), "_n" its norm weights as _norm takes them."""
         k, H, dh = x.shape[0], self.H, self.dh
         qkv = w["qkv_l"](self._norm(x, w["ln0_n"])).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         if i is None:  # the encoder, once per source: attention in the model's dtype, as HF's
@@ -201,11 +203,11 @@ def _weights(block, fuse_kv: bool) -> dict:
 
 
 def _products(w: dict, d: int | None) -> None:
-    """Adds to a block's weights each matrix that a call multiplies by as a lean_common.Linear
+    """Adds to a block's weights each matrix that a call multiplies by as a models.linear
     ("_l"), and each norm weight as _norm takes it ("_n": times sqrt(d) for the float32 norm, d
     given; else itself)."""
     for name, t in list(w.items()):
         if name.startswith("ln"):
             w[name + "_n"] = t * d**0.5 if d else t
         elif name in ("qkv", "o", "wi", "wi0", "wi1", "wo", "ckv"):
-            w[name + "_l"] = Linear(t)
+            w[name + "_l"] = linear(t)

@@ -92,11 +92,12 @@ class LM:
     def forward(self, tokens: list[int]) -> torch.Tensor:
         if not tokens:
             raise ValueError("forward() needs at least one token")
-        self.begin()
+        if self._source is not None or self.source is None:
+            self.begin()
         x = torch.tensor(tokens, dtype=torch.long, device=self.device)  # (k,)
         logits = self.impl.forward(x, len(self.ids))
         self.ids += tokens
-        return logits[:, : self.width]  # (k, V)
+        return logits if logits.shape[1] == self.width else logits[:, : self.width]  # (k, V)
 
     def crop(self, n: int) -> None:
         if not 0 <= n <= len(self.ids):

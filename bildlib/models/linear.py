@@ -1,0 +1,119 @@
+"""Products with a weight W (out, in), as the lean T5 engine runs them: y = x W^T, relu of it,
+and res + x W^T rounded once (torch.addmm's bits; HF's x + linear(a) rounds twice).
+
+`linear(w)` picks how, by what a call costs on this project's CPUs (docs/engines.md, *Anatomy
+of a step*):
+- `Packed`: W prepacked once into oneDNN's blocked layout (PyTorch's own
+  `mkldnn._reorder_linear_weight` / `_linear_pointwise`, the kernels inductor's `freezing`
+  uses). A one-row product reads it at about twice the rate of torch.mm, with torch.mm's bits
+  in bf16 and within float32 rounding of them in float32, but each call costs about 10 us.
+  The packed copy is kept on W (a second copy of the weights: the HF model keeps its own) and
+  reused while W is unchanged in place.
+- `Float32`: a small bf16 weight as a float32 copy through torch.mm (about 2 us a call): bf16
+  inputs, float32 products and sums, one rounding to bf16, as bf16 torch.mm computes them, in
+  another summation order (at most one bf16 rounding step apart).
+- `MM`: torch.mm on W's transposed view: CUDA, other dtypes, small float32 weights, a PyTorch
+  without oneDNN, or PACK off.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Whether linear() may prepack or copy (tests turn it off to compare with plain torch.mm).
+PACK = True
+# Fewer weights than this run without oneDNN: its call overhead (about 10 us) outweighs its
+# faster reads. Measured on the shipped pair (docs/engines.md).
+MIN_PACKED = {torch.float32: 1 << 18, torch.bfloat16: 1 << 17}
+
+
+def linear(w: torch.Tensor) -> Packed | Float32 | MM:
+    """The product object for weight w (out, in) (module docstring)."""
+    if not PACK or w.device.type != "cpu" or w.dtype not in MIN_PACKED:
+        return MM(w)
+    if w.numel() >= MIN_PACKED[w.dtype] and onednn():
+        return Packed(w)
+    return Float32(w) if w.dtype == torch.bfloat16 else MM(w)
+
+
+class MM:
+    __slots__ = ("t",)
+
+    def __init__(self, w: torch.Tensor):
+        self.t = w.t()  # (in, out) view, no copy
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) -> (k, out)
+        return torch.mm(x, self.t)
+
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x, self.t).relu_()
+
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(res, x, self.t)
+
+
+class Float32(MM):
+    def __init__(self, w: torch.Tensor):
+        self.t = w.detach().float().t()  # (in, out) float32 copy
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x.float(), self.t).to(x.dtype)
+
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x.float(), self.t).relu_().to(x.dtype)
+
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(res.float(), x.float(), self.t).to(res.dtype)
+
+
+class Packed:
+    __slots__ = ("p",)
+
+    def __init__(self, w: torch.Tensor):
+        self.p = packed(w)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return _LIN(x, self.p, None, "none", [], "")
+
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        """Rounding and relu commute, so the fused relu gives the same bits."""
+        return _LIN(x, self.p, None, "relu", [], "")
+
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        return _LIN_ADD(x, res, self.p, None, "add")
+
+
+_LIN = _LIN_ADD = None
+
+
+def packed(w: torch.Tensor) -> torch.Tensor:
+    """W (out, in) in oneDNN's layout, kept on the tensor with its version counter: later engines
+    on the same weights pack nothing, and an in-place change of W (training) packs again."""
+    global _LIN, _LIN_ADD
+    version = -1 if w.is_inference() else w._version  # inference tensors keep no version counter
+    done = getattr(w, "_bild_packed", None)
+    if done is not None and done[0] == version:
+        return done[1]
+    _LIN, _LIN_ADD = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._linear_pointwise.binary
+    with torch.no_grad():
+        p = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
+    w._bild_packed = (version, p)
+    return p
+
+
+_ONEDNN: bool | None = None
+
+
+def onednn() -> bool:
+    """Whether this PyTorch runs oneDNN's prepacked linear (x86 and most Arm builds): one tiny
+    product, checked against torch.mm once per process."""
+    global _ONEDNN
+    if _ONEDNN is None:
+        try:
+            w, x = torch.eye(3, 2), torch.ones(1, 2)
+            p = torch.ops.mkldnn._reorder_linear_weight(w, None)
+            y = torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "")
+            _ONEDNN = torch.backends.mkldnn.is_available() and torch.equal(y, x @ w.t())
+        except (AttributeError, RuntimeError, NotImplementedError):
+            _ONEDNN = False
+    return _ONEDNN
