@@ -5,9 +5,12 @@ rounding of them in bfloat16 (tests/test_engine.py); docs/engines.md, *Anatomy o
 what each choice below saves.
 
 - Products go through models.linear: oneDNN-prepacked weights on a CPU, residuals added
-  inside the product (one rounding, as torch.addmm).
-- Attention runs in float32 over a float32 cache, in every dtype: bf16 bmm is 5-7x slower than
-  float32 bmm at these shapes on a CPU, and the keys and values hold the bf16-rounded values.
+  inside the product (one rounding, as torch.addmm); each row's result does not depend on the
+  number of rows.
+- Attention runs in the model's dtype, as HF's. In bf16, torch's CPU bmm sums each output in one
+  sequential order, so a token's logits have the same bits whatever the number of tokens its call
+  carries, and lossless BiLD equals vanilla greedy. Float32 bmm (MKL) is 5-7x faster at these
+  shapes but sums one row and several in different orders (docs/engines.md).
 - Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
   h (Wq_h K_h^T) and the output is sum_h p_h (V_h Wo_h^T). begin() computes A = (Wq_h K_h^T)_h
   (d, H S) and B = (V_h Wo_h^T)_h (H S, d) once, with the norm's weight folded into A, so a
@@ -26,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from bildlib.models.lean_common import Buffers, act_fn, attend, fuse, rms
-from bildlib.models.linear import linear
+from bildlib.models.linear import linear, rows_mm
 
 
 class LeanT5:
@@ -58,9 +61,8 @@ class LeanT5:
         self.lm_l = linear(self.lm)  # (d -> V)
         head = self.dec_ln * (self.scale or 1.0)  # tied T5 heads scale by d_model^-0.5
         self.head_ln = head * self.d**0.5 if self.f32 else head
-        self.kv = Buffers(self.n_layers, self.H, self.dh, torch.float32, model.device)
+        self.kv = Buffers(self.n_layers, self.H, self.dh, model.dtype, model.device)
         self.bias = torch.empty(0)  # (H, T, T) decoder self-attention bias, causal mask folded in
-        self.bias32 = self.bias  # the same in float32, as the decoder's attention reads it
         self._at, self._bias = (-1, 0), self.bias  # the (pos, k) of the last call and its rows
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer A (d, H S), B (H S, d)
 
@@ -91,7 +93,7 @@ class LeanT5:
         k = x.shape[0]
         if self._at != (pos, k):  # every layer of a call reads the same rows of the bias
             self._grow(pos + k)
-            self._at, self._bias = (pos, k), self.bias32[:, pos : pos + k, : pos + k]
+            self._at, self._bias = (pos, k), self.bias[:, pos : pos + k, : pos + k]
         return self._block(x, self.dec[i], self._bias, i, pos)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,10 +139,10 @@ class LeanT5:
         are its products (models.linear), "_n" its norm weights as _norm takes them."""
         k, H, dh = x.shape[0], self.H, self.dh
         qkv = w["qkv_l"](self._norm(x, w["ln0_n"])).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
-        if i is None:  # the encoder, once per source: attention in the model's dtype, as HF's
+        if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
-        else:  # write this call's keys and values, attend in float32 to the whole prefix
-            a = attend(qkv[0].float(), *self.kv.put2(i, qkv[1:], pos), bias).to(x.dtype)  # (H, k, dh)
+        else:  # write this call's keys and values, attend to the whole prefix
+            a = attend(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias)  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
         if i is not None:
             x = self._cross(x, i)
@@ -155,13 +157,14 @@ class LeanT5:
 
     def _cross(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """x + cross-attention of decoder layer i over the source, in float32: the norm without its
-        weight (folded into A, with sqrt(d)), scores h A (k, H, S), output p B (module docstring)."""
+        weight (folded into A, with sqrt(d)), scores h A (k, H, S), output p B (module docstring);
+        one row at a time (rows_mm), so a row's bits do not depend on the call's length."""
         A, B = self.cross[i]
         k, xf = x.shape[0], x.float()
         n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
         h = torch.mul(xf, torch.addcmul(self.eps_d, n, n).rsqrt_())  # (k, d), |h| = 1
-        p = torch.softmax(torch.mm(h, A).view(k, self.H, -1), -1)  # (k, H, S)
-        return torch.addmm(xf, p.view(k, -1), B).to(x.dtype)
+        p = torch.softmax(rows_mm(h, A).view(k, self.H, -1), -1)  # (k, H, S)
+        return rows_mm(p.view(k, -1), B, xf).to(x.dtype)
 
     def _grow(self, n: int) -> None:
         """The bias table covers n positions (doubling, so a long output rebuilds it rarely)."""
@@ -171,7 +174,6 @@ class LeanT5:
         b = self.rel_dec.compute_bias(T, T, device=self.emb.device)[0]  # (H, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=b.device).tril()
         self.bias = torch.where(causal, b, torch.finfo(b.dtype).min)  # as HF's SDPA mask
-        self.bias32 = self.bias.float()
 
 
 def _weights(block, fuse_kv: bool) -> dict:

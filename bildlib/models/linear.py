@@ -9,9 +9,9 @@ of a step*):
   in bf16 and within float32 rounding of them in float32, but each call costs about 10 us.
   The packed copy is kept on W (a second copy of the weights: the HF model keeps its own) and
   reused while W is unchanged in place.
-- `Float32`: a small bf16 weight as a float32 copy through torch.mm (about 2 us a call): bf16
-  inputs, float32 products and sums, one rounding to bf16, as bf16 torch.mm computes them, in
-  another summation order (at most one bf16 rounding step apart).
+- `Float32`: a small bf16 weight as a float32 copy, one row at a time (`rows_mm`, a few us a
+  call): bf16 inputs, float32 products and sums, one rounding to bf16, as bf16 torch.mm computes
+  them, in another summation order (at most one bf16 rounding step apart).
 - `MM`: torch.mm on W's transposed view: CUDA, other dtypes, small float32 weights, a PyTorch
   without oneDNN, or PACK off.
 """
@@ -57,13 +57,25 @@ class Float32(MM):
         self.t = w.detach().float().t()  # (in, out) float32 copy
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.mm(x.float(), self.t).to(x.dtype)
+        return rows_mm(x.float(), self.t).to(x.dtype)
 
     def relu(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.mm(x.float(), self.t).relu_().to(x.dtype)
+        return rows_mm(x.float(), self.t).relu_().to(x.dtype)
 
     def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(res.float(), x.float(), self.t).to(res.dtype)
+        return rows_mm(x.float(), self.t, res.float()).to(res.dtype)
+
+
+def rows_mm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -> torch.Tensor:
+    """x (k, n) @ t (n, m) (+ res (k, m)) as k one-row products: each row's result is the same bits
+    whatever k is. torch.mm in float32 is not: MKL multiplies one row (gemv) and several (gemm)
+    in different summation orders, so a token's logits would depend on how many tokens its call
+    carried, and lossless BiLD would drift from vanilla greedy (bf16 rounding magnifies the
+    last-bit differences). oneDNN's packed products and bf16 torch.mm are row-invariant already."""
+    k = x.shape[0]
+    if res is None:
+        return torch.bmm(x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
+    return torch.baddbmm(res.unsqueeze(1), x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
 
 
 class Packed:
