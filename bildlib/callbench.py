@@ -92,7 +92,8 @@ def step_bytes(lm: LM) -> int:
     cross = tuple(f"EncDecAttention.{w}" for w in ("kvqo" if folded else "kv"))
     skip = {id(x.weight) for name, x in dec.named_modules() if name.endswith(cross)}
     seen = set()
-    n = sum(t.numel() * t.element_size() for ab in lm.impl.cross for t in ab) if folded else 0
+    folds = [t for ab in lm.impl.cross for t in ab if t is not None] if folded else []  # A, B, mask
+    n = sum(t.numel() * t.element_size() for t in folds)
     for x in [*dec.modules(), m.get_output_embeddings()]:
         w = getattr(x, "weight", None)
         if isinstance(x, torch.nn.Linear) and id(w) not in skip | seen:

@@ -40,10 +40,12 @@ def models():
 
 
 def eager(lm: LM) -> LM:
-    """Attention as explicit matmuls: FlopCounterMode counts those, not a CPU's
-    scaled_dot_product_attention."""
+    """The model's own forward (engine "hf"), attention as explicit matmuls: FlopCounterMode counts
+    those, not a CPU's scaled_dot_product_attention. The formula counts the model's arithmetic as
+    the paper does; the lean engine folds cross-attention per source (docs/engines.md), which
+    moves work from every call into the first."""
     lm.model.set_attn_implementation("eager")
-    return lm
+    return LM(lm.model, lm.tok, lm.name, engine="hf")
 
 
 def counted(lm: LM, tokens: list[int]) -> float:

@@ -415,3 +415,57 @@ def test_lean_t5_equals_hf_with_every_float32_product_packed(kind, monkeypatch):
     for src in sources(2, seed=17):
         for a, b in schedule([lean, hf], src):
             torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+
+
+def test_rows_mm_gives_each_row_the_same_bits_whatever_the_row_count():
+    """models.linear.rows_mm, the folded cross-attention's and small float32 products: where the
+    output width is a multiple of 4 (the engine pads its folded widths to that), each row of a
+    k-row product has the bits of that row alone (torch.mm's gemv and gemm sum in other orders),
+    for input rows at unaligned addresses too, and it equals torch.mm within float32 rounding."""
+    from bildlib.models.linear import rows_mm
+
+    g = torch.Generator().manual_seed(2)
+    for n, m in [(384, 76), (384, 132), (90, 384), (7, 8), (130, 36), (384, 6 * 14)]:
+        t = torch.randn(n, m, generator=g)
+        x, r = torch.randn(12, n, generator=g), torch.randn(12, m, generator=g)
+        full, full_r = rows_mm(x, t), rows_mm(x, t, r)
+        torch.testing.assert_close(full_r, torch.addmm(r, x, t), atol=1e-4, rtol=1e-5)
+        for k in (1, 2, 5, 11):
+            for j in range(12 - k + 1):  # x[j:] starts j * n floats in: unaligned where n is odd
+                assert torch.equal(rows_mm(x[j : j + k], t), full[j : j + k]), (n, m, k, j)
+                assert torch.equal(rows_mm(x[j : j + k], t, r[j : j + k]), full_r[j : j + k]), (n, m, k, j)
+        one = r[:1]  # a (1, m) row added to every row, as the folded cross-attention's mask
+        torch.testing.assert_close(rows_mm(x, t, one), torch.addmm(one, x, t), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("S", [5, 6, 7, 8])
+def test_folded_cross_attention_pads_each_head_to_a_multiple_of_four(S):
+    """The lean T5 pads each head's folded cross-attention keys to P, a multiple of 4, and masks
+    the padding: (A, B) have H P columns and rows, and the logits are HF's for every length."""
+    m = tiny_model("t5", seed=S, d=48)  # 2 heads
+    src = list(range(3, 3 + S - 1)) + [1]  # S tokens, EOS last
+    lean, hf = LM(m, tiny_tokenizer(), "t5", "lean"), LM(m, tiny_tokenizer(), "t5", "hf")
+    for lm in (lean, hf):
+        lm.start(src)
+    torch.testing.assert_close(lean.forward([0, 5, 6]), hf.forward([0, 5, 6]), atol=1e-4, rtol=0)
+    A, B, mask = lean.impl.cross[0]
+    P = -(-S // 4) * 4
+    assert A.shape == (48, 2 * P) and B.shape == (2 * P, 48)
+    if P == S:
+        assert mask is None
+    else:
+        assert torch.isinf(mask).sum() == 2 * (P - S) and not B.view(2, P, 48)[:, S:].any()
+
+
+def test_packed_weights_follow_a_dtype_change_under_the_same_parameter():
+    """model.to(dtype) swaps a Parameter's data in place of a new Parameter: the packed copy kept
+    on it must be packed again, not reused in the old dtype."""
+    from bildlib.models import linear
+
+    if not linear.onednn():
+        pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    w = torch.nn.Parameter(torch.randn(40, 24))
+    x = torch.randn(3, 24)
+    torch.testing.assert_close(linear.Packed(w)(x), x @ w.t(), atol=1e-5, rtol=1e-5)
+    w.data = w.data.to(torch.bfloat16)
+    assert torch.equal(linear.Packed(w)(x.bfloat16()), torch.mm(x.bfloat16(), w.t()))

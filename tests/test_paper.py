@@ -140,7 +140,10 @@ def test_real_shape_one_decode_step_on_each_engine(shape):
 
     ref = logits("hf")
     assert ref.shape == (4, m.config.vocab_size)
-    assert (logits("lean") - ref).abs().max() < 1e-3 * ref.abs().max()  # fp32: op order only
+    # fp32: op order only. A random 24-layer mT5 magnifies it: HF's own logits lie 0.006 from
+    # its float64 forward, the lean engine's 0.014 (its oneDNN products round about twice as far
+    # from float64 as MKL's; measured on the AVX512 EPYC), up to 1.6e-3 of the largest logit.
+    assert (logits("lean") - ref).abs().max() < 3e-3 * ref.abs().max()
     m = m.to(torch.bfloat16)
     err = {e: (logits(e) - ref).abs().mean().item() for e in ("lean", "hf")}
     assert err["lean"] <= 1.5 * err["hf"] + 1e-3, err

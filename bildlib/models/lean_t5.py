@@ -64,7 +64,7 @@ class LeanT5:
         self.kv = Buffers(self.n_layers, self.H, self.dh, model.dtype, model.device)
         self.bias = torch.empty(0)  # (H, T, T) decoder self-attention bias, causal mask folded in
         self._at, self._bias = (-1, 0), self.bias  # the (pos, k) of the last call and its rows
-        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer A (d, H S), B (H S, d)
+        self.cross: list[tuple] = []  # per layer A (d, H P), B (H P, d), mask (1, H P) or None
 
     # -- the source ---------------------------------------------------------------------------
     def begin(self, src: torch.Tensor) -> None:
@@ -75,13 +75,23 @@ class LeanT5:
         for w in self.enc:
             x = self._block(x, w, bias, None, 0)
         e = rms(x, self.enc_ln, self.eps)  # (S, d)
+        # Each head's keys padded to P, a multiple of 4, with zero keys and values that the mask
+        # hides: a row of scores (H P floats) then starts at a 16-byte boundary, which keeps
+        # rows_mm row-invariant (models.linear.rows_mm).
+        P = -(-S // 4) * 4
+        mask = None
+        if P > S:
+            mask = torch.zeros(H, P, device=x.device)
+            mask[:, S:] = -torch.inf
+            mask = mask.view(1, H * P)  # (1, H P): -inf at the padding
         self.cross = []
         for w in self.dec:
             kv = w["ckv_l"](e).view(S, 2, H, dh).permute(1, 2, 0, 3).float()  # (2, H, S, dh), HF's values
+            kv = F.pad(kv, (0, 0, 0, P - S))  # (2, H, P, dh)
             q, o = w["cq32"], w["co32"]  # (H, d, dh) with the norm's weight folded in, (H, dh, d)
-            A = torch.bmm(q, kv[0].transpose(1, 2)).permute(1, 0, 2).reshape(d, H * S)  # h -> scores
-            B = torch.bmm(kv[1], o).reshape(H * S, d)  # probabilities -> output
-            self.cross.append((A, B))
+            A = torch.bmm(q, kv[0].transpose(1, 2)).permute(1, 0, 2).reshape(d, H * P)  # h -> scores
+            B = torch.bmm(kv[1], o).reshape(H * P, d)  # probabilities -> output
+            self.cross.append((A, B, mask))
 
     # -- the decoder, a piece at a time ---------------------------------------------------------
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -159,11 +169,11 @@ class LeanT5:
         """x + cross-attention of decoder layer i over the source, in float32: the norm without its
         weight (folded into A, with sqrt(d)), scores h A (k, H, S), output p B (module docstring);
         one row at a time (rows_mm), so a row's bits do not depend on the call's length."""
-        A, B = self.cross[i]
+        A, B, mask = self.cross[i]
         k, xf = x.shape[0], x.float()
         n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
         h = torch.mul(xf, torch.addcmul(self.eps_d, n, n).rsqrt_())  # (k, d), |h| = 1
-        p = torch.softmax(rows_mm(h, A).view(k, self.H, -1), -1)  # (k, H, S)
+        p = torch.softmax(rows_mm(h, A, mask).view(k, self.H, -1), -1)  # (k, H, P), 0 at the padding
         return rows_mm(p.view(k, -1), B, xf).to(x.dtype)
 
     def _grow(self, n: int) -> None:

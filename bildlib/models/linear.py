@@ -67,11 +67,14 @@ class Float32(MM):
 
 
 def rows_mm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -> torch.Tensor:
-    """x (k, n) @ t (n, m) (+ res (k, m)) as k one-row products: each row's result is the same bits
-    whatever k is. torch.mm in float32 is not: MKL multiplies one row (gemv) and several (gemm)
-    in different summation orders, so a token's logits would depend on how many tokens its call
+    """x (k, n) @ t (n, m) (+ res (k, m), or (1, m) for every row) as k one-row products: where m
+    is a multiple of 4, each row's result is the same bits whatever k is and wherever the row
+    sits in x. torch.mm in float32 is not: MKL multiplies one row (gemv) and several (gemm) in
+    different summation orders, so a token's logits would depend on how many tokens its call
     carried, and lossless BiLD would drift from vanilla greedy (bf16 rounding magnifies the
-    last-bit differences). oneDNN's packed products and bf16 torch.mm are row-invariant already."""
+    last-bit differences). Where m is not a multiple of 4, output rows start off 16-byte
+    boundaries and some rows' bits change (measured on this project's CPUs), so the engine pads
+    its folded cross-attention to such widths. oneDNN's packed products are row-invariant."""
     k = x.shape[0]
     if res is None:
         return torch.bmm(x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
@@ -99,17 +102,19 @@ _LIN = _LIN_ADD = None
 
 
 def packed(w: torch.Tensor) -> torch.Tensor:
-    """W (out, in) in oneDNN's layout, kept on the tensor with its version counter: later engines
-    on the same weights pack nothing, and an in-place change of W (training) packs again."""
+    """W (out, in) in oneDNN's layout, kept on the tensor with its version counter and storage:
+    later engines on the same weights pack nothing; an in-place change of W (training) or new
+    data under the same Parameter (`model.to(dtype)` swaps `.data`) packs again."""
     global _LIN, _LIN_ADD
     version = -1 if w.is_inference() else w._version  # inference tensors keep no version counter
+    key = (version, w.data_ptr(), w.dtype, tuple(w.shape))
     done = getattr(w, "_bild_packed", None)
-    if done is not None and done[0] == version:
+    if done is not None and done[0] == key:
         return done[1]
     _LIN, _LIN_ADD = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._linear_pointwise.binary
     with torch.no_grad():
         p = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
-    w._bild_packed = (version, p)
+    w._bild_packed = (key, p)
     return p
 
 
