@@ -13,9 +13,10 @@ what each choice below saves.
   shapes but sums one row and several in different orders (docs/engines.md).
 - Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
   h (Wq_h K_h^T) and the output is sum_h p_h (V_h Wo_h^T). begin() computes A = (Wq_h K_h^T)_h
-  (d, H S) and B = (V_h Wo_h^T)_h (H S, d) once, with the norm's weight folded into A, so a
+  (d, H P) and B = (V_h Wo_h^T)_h (H P, d) once, with the norm's weight folded into A, so a
   decoder call's cross-attention is two products with these small matrices and a softmax,
-  instead of two weight products, two bmm and the casts around them.
+  instead of two weight products, two bmm and the casts around them. P is S rounded up to a
+  multiple of 4 (the padding masked): rows_mm keeps a row's bits only for such widths.
 
 Layer-granular: `embed`, `layer(i, x, pos)`, `head` run one piece each, so an early exit can
 stop between layers; `forward` is the three in a row. The caller owns the lengths: layer i
