@@ -284,34 +284,31 @@ def peers_val_fp32(root: Path) -> str:
     return peers(root, "figures/peers/val-float32")
 
 
-def ct2(root: Path, folders=("figures/peers/val", "figures/peers/val-float32")) -> str:
-    """CTranslate2 greedy against bildlib on the same sentences (bildlib.ct2peer): each folder of
-    make bench that holds a ct2.csv, with its run from ct2_checks.json (README shows the default
-    dtype's run, docs/results.md the float32 one)."""
-    parts = []
-    for f in folders:
-        if not (root / f / "ct2.csv").is_file():
-            continue
-        t, c = _csv(root, f"{f}/ct2.csv"), _json(root, f"{f}/ct2_checks.json")
-        _valid(t, ["decoder", "score", "ms", "vs_ct2", "vs_ct2_lo", "vs_ct2_hi", "speedup"])
-        if not t["decoder"].str.startswith("CTranslate2").any():
-            raise ReportError(f"{f}/ct2.csv: no CTranslate2 row")
-        bild = t[t["decoder"].str.contains("≤")]
-        best = bild.nsmallest(1, "ms")
-        lead = ("" if best.empty else
-                f"The fastest BiLD within 0.5 BLEU ({best['label'].iloc[0]}) takes "
-                f"**{_ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** CTranslate2 greedy's time.\n\n")  # fmt: skip
-        rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", _ci(r, "vs_ct2", ".2f", "×"),
-                 _ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
-        parts.append(
-            f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
+def ct2(root: Path, f: str = "figures/peers/val") -> str:
+    """CTranslate2 greedy against bildlib on the same sentences (bildlib.ct2peer): the ct2.csv that
+    make bench writes into folder f, with its run from ct2_checks.json (README shows the default
+    dtype's run, docs/results.md the float32 one, ct2_fp32)."""
+    if not (root / f / "ct2.csv").is_file():
+        raise ReportError(f"no ct2.csv in {f}: make bench writes it")
+    t, c = _csv(root, f"{f}/ct2.csv"), _json(root, f"{f}/ct2_checks.json")
+    _valid(t, ["decoder", "score", "ms", "vs_ct2", "vs_ct2_lo", "vs_ct2_hi", "speedup"])
+    if not t["decoder"].str.startswith("CTranslate2").any():
+        raise ReportError(f"{f}/ct2.csv: no CTranslate2 row")
+    best = t[t["decoder"].str.contains("≤")].nsmallest(1, "ms")
+    lead = ("" if best.empty else
+            f"The fastest BiLD within 0.5 BLEU ({best['label'].iloc[0]}) takes "
+            f"**{_ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** CTranslate2 greedy's time.\n\n")  # fmt: skip
+    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", _ci(r, "vs_ct2", ".2f", "×"),
+             _ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
+    return (f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
             f"({c['cpu']}), {c['threads']} threads, CTranslate2 {c['ctranslate2']}; each engine in its own "
             f"process, alternated in blocks of {c['block']} sentences; `{c['signature']}`.*\n\n" + lead
             + _table(["decoder", "BLEU", "ms / sentence", "time vs CTranslate2 greedy [95 %]",
                       "speedup vs vanilla large [95 %]"], rows))  # fmt: skip
-    if not parts:
-        raise ReportError(f"no ct2.csv in {', '.join(folders)}: make bench writes them")
-    return "\n\n".join(parts)
+
+
+def ct2_fp32(root: Path) -> str:
+    return ct2(root, "figures/peers/val-float32")
 
 
 def early_exit(root: Path) -> str:
@@ -382,14 +379,14 @@ def _batchbench():
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
-    "early-exit": early_exit, "peers": peers, "ct2": lambda r: ct2(r, ("figures/peers/val",)),
+    "early-exit": early_exit, "peers": peers, "ct2": ct2,
     # docs/results.md
     "headline-point": lambda r: table1(r, "figures/full", "point"),
     "table1-point": lambda r: table1(r, rule="point"),
     "authors": lambda r: table1(r, "figures/authors"),
     "authors-point": lambda r: table1(r, "figures/authors", "point"),
     "latency": latency, "fig8": fig8, "peers-val": peers_val, "pair": pair,
-    "peers-val-float32": peers_val_fp32, "ct2-float32": lambda r: ct2(r, ("figures/peers/val-float32",)),
+    "peers-val-float32": peers_val_fp32, "ct2-float32": ct2_fp32,
     "dtype": lambda r: _bench().dtype_block(r), "targets": lambda r: _bench().summary_block(r),  # README
     "targets-detail": lambda r: _bench().targets_block(r),  # docs/results.md
     "tutorial": tutorial,  # docs/teaching.md
