@@ -96,7 +96,7 @@ grade: $(STAMP)
 
 # The paper presets offline (docs/paper-checkpoints.md): every paper preset through every notebook that
 # takes it, on random models of the checkpoints' shapes and datasets in the hub's schema, n = 2, CPU,
-# into build/dryrun/ (dryrun.csv lists every run; tests/test_paper.py runs the same).
+# into build/dryrun/ (dryrun.csv lists every run; tests/test_paper.py runs its covering subset, --covering).
 paper-dryrun: $(STAMP)
 	$(BIN)/python -m bildlib.paper.dryrun
 

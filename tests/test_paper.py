@@ -41,18 +41,24 @@ def test_every_paper_checkpoint_has_a_shape():
             assert shape.startswith("mt5" if "mt5" in name else "t5")
 
 
-def test_dryrun_every_preset_through_every_notebook(tmp_path):
-    """make paper-dryrun: 4 presets x 10 notebooks (+ fig4 on the HF engine) and GPT-2 on WikiText-2
-    through table2_lm, all passing."""
-    proc = subprocess.run([sys.executable, "-m", "bildlib.paper.dryrun", "--root", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+def test_dryrun_covers_every_preset_and_every_notebook(tmp_path):
+    """The covering subset of make paper-dryrun (which runs all 45): every notebook on an mT5
+    translation and a T5 summarization preset, fig4 on every preset and both engines, and GPT-2 on
+    WikiText-2 through table2_lm, all passing."""
+    plan = dryrun.covering()
+    full = dryrun.matrix()
+    assert set(plan) <= set(full) and len(plan) == len(set(plan)) < len(full)
+    assert {p for p, _ in plan} == set(dryrun.PAPER + dryrun.LM_PAPER)
+    for nb in dryrun.NOTEBOOKS:  # each notebook meets both model families (and so both tasks)
+        kinds = {p.split("-")[-1] for p, n in plan if n == nb}
+        assert kinds == ({"gpt2"} if nb == "table2_lm" else {"mt5", "t5"}), (nb, kinds)
+    cmd = [sys.executable, "-m", "bildlib.paper.dryrun", "--covering", "--root", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     t = pd.read_csv(tmp_path / "dryrun.csv", dtype={"error": str}, keep_default_na=False)
     assert proc.returncode == 0, t[t["error"] != ""].to_string() + proc.stderr[-3000:]
-    every = dryrun.PAPER + dryrun.LM_PAPER  # table2_lm's place in each seq2seq row goes to fig4 on hf
-    assert len(t) == len(dryrun.PAPER) * len(dryrun.NOTEBOOKS) + len(dryrun.LM_PAPER)
+    assert len(t) == len(plan) + len(dryrun.PAPER)  # fig4 twice: lean and HF
     assert (t["error"] == "").all()
-    assert set(t["preset"]) == set(every) and set(t["notebook"]) == set(dryrun.NOTEBOOKS)
-    assert set(t[t["notebook"] == "table2_lm"]["preset"]) == {"wikitext2-gpt2"}
+    assert set(zip(t["preset"], t["notebook"], strict=True)) == set(plan)
     lm = json.loads((tmp_path / "figures/wikitext2-gpt2/table2_lm/table2_lm_checks.json").read_text())
     assert lm["exact BiLD = vanilla large, % of examples"] == 100  # lossless on GPT-2's shapes too
     assert lm["α_FB 0 without the step limit = vanilla small, % of examples"] == 100
@@ -61,6 +67,13 @@ def test_dryrun_every_preset_through_every_notebook(tmp_path):
         assert checks["n"] == 2 and checks["engine"] == "lean"
         hf = json.loads((tmp_path / "figures" / preset / "fig4-hf" / "fig4_checks.json").read_text())
         assert hf["engine"] == "hf"
+
+
+def test_the_full_dryrun_is_every_preset_through_every_notebook_it_takes():
+    t = dryrun.matrix()
+    assert len(t) == len(dryrun.PAPER) * (len(dryrun.NOTEBOOKS) - 1) + len(dryrun.LM_PAPER)
+    assert {nb for p, nb in t if p in dryrun.LM_PAPER} == {"table2_lm"}
+    assert {nb for _, nb in dryrun.matrix(["xsum-t5"])} == set(dryrun.NOTEBOOKS) - {"table2_lm"}
 
 
 def test_dryrun_through_papermill(tmp_path):

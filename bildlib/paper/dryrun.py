@@ -4,6 +4,7 @@ hub's schema (paper.fixtures), n = 2, on the CPU, with the lean and the HF engin
 
     python -m bildlib.paper.dryrun                       # make paper-dryrun; everything under build/dryrun/
     python -m bildlib.paper.dryrun --presets cnndm-t5 --notebooks fig4 --papermill
+    python -m bildlib.paper.dryrun --covering            # the subset make test runs (`covering`)
 
 What runs is the notebooks' own code, through the same Preset, Models, engine selection, sweep,
 analysis and plotting a reviewer's run goes through. Only the inputs are stand-ins: $BILD_MODELS
@@ -59,6 +60,25 @@ def takes(preset: str) -> list[str]:
     return [nb for nb in NOTEBOOKS if (nb == "table2_lm") == lm]
 
 
+def matrix(names: list[str] = PAPER + LM_PAPER, notebooks=tuple(NOTEBOOKS)) -> list[tuple[str, str]]:
+    """Every (preset, notebook) of names x notebooks that the preset takes."""
+    return [(p, nb) for p in names for nb in notebooks if nb in takes(p)]
+
+
+def covering() -> list[tuple[str, str]]:
+    """The dry run make test affords: each notebook on one mT5 translation preset and one T5
+    summarization preset (alternating within each pair), fig4 (both engines) on every preset, and
+    table2_lm on GPT-2. Every notebook meets both model families and both tasks, and every preset
+    loads its models and data: the presets of a family differ only in their dataset and checkpoint ids."""
+    by_metric: dict = {}
+    for p in PAPER:
+        by_metric.setdefault(presets.get(p).metric, []).append(p)
+    plan = [(p, "fig4") for p in PAPER]
+    for i, nb in enumerate(nb for nb in NOTEBOOKS if nb not in ("fig4", "table2_lm")):
+        plan += [(family[i % len(family)], nb) for family in by_metric.values()]
+    return plan + [(p, "table2_lm") for p in LM_PAPER]
+
+
 def prepare(root: Path, names: list[str] = PAPER + LM_PAPER) -> dict:
     """The stand-ins under root (built once; a second call reuses them) and the environment that
     points the presets at them."""
@@ -106,38 +126,39 @@ def execute(name: str, params: dict) -> None:
 
 def run(root: Path, names: list[str] = PAPER + LM_PAPER, notebooks: list[str] = tuple(NOTEBOOKS), cap=8,
         use_papermill: bool = False, n_examples: int = 2, engines: dict = ENGINES,
-        ) -> pd.DataFrame:  # fmt: skip
-    """Every (preset, notebook, engine); one row each: seconds, and the error where one stopped it."""
-    env = prepare(root, names)
+        plan: list[tuple[str, str]] | None = None) -> pd.DataFrame:  # fmt: skip
+    """Every (preset, notebook, engine) of plan (default: names x notebooks); one row each:
+    seconds, and the error where one stopped it."""
+    plan = plan or matrix(names, notebooks)
+    env = prepare(root, list(dict.fromkeys(p for p, _ in plan)))
     rows = []
     with environment(env, None if use_papermill else cap):
-        for preset in names:
-            for nb in [nb for nb in notebooks if nb in takes(preset)]:
-                for engine in engines.get(nb, ("auto",)):
-                    out = root / "figures" / preset / (nb if engine == "auto" else f"{nb}-{engine}")
-                    params = NOTEBOOKS[nb] | {
-                        "preset": preset, "n_examples": n_examples, "device": "cpu", "engine": engine,
-                        "threads": 2, "out_dir": str(out), "results_dir": str(root / "results"),
-                    }  # fmt: skip
-                    t0, err = time.perf_counter(), ""
-                    try:
-                        if use_papermill:
-                            import papermill
+        for preset, nb in plan:
+            for engine in engines.get(nb, ("auto",)):
+                out = root / "figures" / preset / (nb if engine == "auto" else f"{nb}-{engine}")
+                params = NOTEBOOKS[nb] | {
+                    "preset": preset, "n_examples": n_examples, "device": "cpu", "engine": engine,
+                    "threads": 2, "out_dir": str(out), "results_dir": str(root / "results"),
+                }  # fmt: skip
+                t0, err = time.perf_counter(), ""
+                try:
+                    if use_papermill:
+                        import papermill
 
-                            out.mkdir(parents=True, exist_ok=True)
-                            papermill.execute_notebook(
-                                str(REPO_ROOT / "notebooks" / f"{nb}.ipynb"), str(out / f"{nb}.ipynb"),
-                                parameters=params, cwd=str(REPO_ROOT), progress_bar=False)  # fmt: skip
-                        else:
-                            execute(nb, params)
-                        if not list(out.glob("*.png")) or not list(out.glob("*_checks.json")):
-                            raise RuntimeError(f"{nb} wrote no figure or no checks into {out}")
-                    except Exception as e:  # recorded: the table names every failure
-                        err = f"{type(e).__name__}: {e}"
-                        traceback.print_exc()
-                    rows.append({"preset": preset, "notebook": nb, "engine": engine,
-                                 "seconds": round(time.perf_counter() - t0, 1), "error": err})  # fmt: skip
-                    print(f"{preset:>14} {nb:>15} {engine:>4}: {'ok' if not err else err[:200]}", flush=True)
+                        out.mkdir(parents=True, exist_ok=True)
+                        papermill.execute_notebook(
+                            str(REPO_ROOT / "notebooks" / f"{nb}.ipynb"), str(out / f"{nb}.ipynb"),
+                            parameters=params, cwd=str(REPO_ROOT), progress_bar=False)  # fmt: skip
+                    else:
+                        execute(nb, params)
+                    if not list(out.glob("*.png")) or not list(out.glob("*_checks.json")):
+                        raise RuntimeError(f"{nb} wrote no figure or no checks into {out}")
+                except Exception as e:  # recorded: the table names every failure
+                    err = f"{type(e).__name__}: {e}"
+                    traceback.print_exc()
+                rows.append({"preset": preset, "notebook": nb, "engine": engine,
+                             "seconds": round(time.perf_counter() - t0, 1), "error": err})  # fmt: skip
+                print(f"{preset:>14} {nb:>15} {engine:>4}: {'ok' if not err else err[:200]}", flush=True)
     return pd.DataFrame(rows)
 
 
@@ -148,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--notebooks", nargs="+", default=list(NOTEBOOKS), choices=list(NOTEBOOKS))
     ap.add_argument("--cap", type=int, default=8, help="max_new_tokens of every preset for the run")
     ap.add_argument("--papermill", action="store_true", help="each notebook in its own kernel (no cap)")
+    ap.add_argument("--covering", action="store_true",
+                    help="only the covering subset make test runs (each notebook on both families and tasks)")
     a = ap.parse_args(argv)
-    t = run(a.root, a.presets, a.notebooks, a.cap, a.papermill)
+    plan = covering() if a.covering else matrix(a.presets, a.notebooks)
+    t = run(a.root, cap=a.cap, use_papermill=a.papermill, plan=plan)
     t.to_csv(a.root / "dryrun.csv", index=False)
     bad = t[t["error"] != ""]
     print(f"{len(t) - len(bad)} of {len(t)} runs passed in {t['seconds'].sum():.0f} s")
