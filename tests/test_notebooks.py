@@ -234,18 +234,22 @@ def test_parameters_are_type_checked(name):
 
 
 def test_bad_parameters_stop_a_notebook_with_a_message_that_names_them(tmp_path):
-    """Through papermill's command line: -p passes 2.5 as a float and abc as a string; a grid
-    with NaN or without configurations stops before anything runs."""
+    """Through papermill's command line, which passes -p 2.5 as a float. A grid with NaN (-y
+    "{fallbacks: [.nan]}") or without configurations stops in bild_grid, which each notebook calls
+    before its sweep: checked here directly, as a kernel for each cost 9 s."""
     import subprocess
     import sys
 
-    base = [sys.executable, "-m", "papermill", "notebooks/fig4.ipynb", str(tmp_path / "out.ipynb")]
-    res = ["-p", "results_dir", str(tmp_path / "res"), "-p", "out_dir", str(tmp_path / "fig")]
-    for args, message in [
-        (["-p", "n_examples", "2.5"], "fig4: parameter n_examples must be int, got 2.5 (float)"),
-        (["-y", "{fallbacks: [.nan]}"], "fallback must be a number in [0, 1] or None, got nan"),
-        (["-y", "{verify_end: []}"], "the BiLD grid is empty: verify_end has no values"),
-    ]:
-        proc = subprocess.run(base + res + args, cwd=REPO, capture_output=True, text=True)
-        assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    from bildlib import experiments as X
+
+    cmd = [sys.executable, "-m", "papermill", "notebooks/fig4.ipynb", str(tmp_path / "out.ipynb"),
+           "-p", "results_dir", str(tmp_path / "res"), "-p", "out_dir", str(tmp_path / "fig"),
+           "-p", "n_examples", "2.5"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    message = "fig4: parameter n_examples must be int, got 2.5 (float)"
+    assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    with pytest.raises(ValueError, match="fallback must be a number in \\[0, 1\\] or None, got nan"):
+        X.bild_grid("multi30k", fallbacks=[float("nan")])
+    with pytest.raises(ValueError, match="the BiLD grid is empty: verify_end has no values"):
+        X.bild_grid("multi30k", verify_end=[])
     assert not (tmp_path / "res").exists()  # nothing was computed
