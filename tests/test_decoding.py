@@ -2,6 +2,7 @@
 and on the shipped Multi30k pair."""
 
 import random
+import weakref
 
 import pytest
 import torch
@@ -255,15 +256,23 @@ def test_nucleus_sampling_is_seeded_and_tiny_top_p_is_greedy(pair):
 # --- the authors' rules -----------------------------------------------------------------------
 
 
+_ENCODED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {src: encoder outputs}
+
+
 def full_logits(lm: LM, src: list[int], ids: list[int]) -> torch.Tensor:
-    """Logits (len(ids), V) of the decoder tokens ids after src, from one forward pass with no
-    cache: row i predicts the token after ids[i]."""
+    """Logits (len(ids), V) of the decoder tokens ids after src, from one HF forward pass with no
+    cache: row i predicts the token after ids[i]. The encoder runs once per source."""
     m, x = lm.model, torch.tensor([ids])
     with torch.no_grad():
         if lm.is_encoder_decoder:
-            return m(input_ids=torch.tensor([src]), decoder_input_ids=x).logits[0, :, : lm.width]
+            enc = _ENCODED.setdefault(m, {})
+            if tuple(src) not in enc:
+                enc[tuple(src)] = m.get_encoder()(input_ids=torch.tensor([src]))
+            out = m(encoder_outputs=enc[tuple(src)], decoder_input_ids=x, use_cache=False)
+            return out.logits[0, :, : lm.width]
         prompt = torch.tensor([src[:-1]], dtype=torch.long)
-        return m(input_ids=torch.cat([prompt, x], dim=1)).logits[0, prompt.shape[1] :, : lm.width]
+        out = m(input_ids=torch.cat([prompt, x], dim=1), use_cache=False)
+        return out.logits[0, prompt.shape[1] :, : lm.width]
 
 
 def authors_bild(small, large, src, fallback, rollback, num_small_iters=10, max_new_tokens=24):
