@@ -63,24 +63,24 @@ def model_for(shape: str, scale: Scale | None = None, seed: int = 0, dtype: torc
         return AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
     with torch.device("meta"):
         m = AutoModelForSeq2SeqLM.from_config(cfg)
-    m = m.to_empty(device="cpu").to(dtype)
+    m = m.to_empty(device="cpu")  # float32 here, dtype at the end: the same draws in every dtype
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in m.parameters():  # layer norms at 1, the rest N(0, 1/sqrt(fan_in))
             if p.dim() == 1:
                 p.fill_(1.0)
             else:
-                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) / p.shape[-1] ** 0.5)
+                p.normal_(0.0, p.shape[-1] ** -0.5, generator=g)  # in place: 1.2 B values, no copy
         m.encoder.set_input_embeddings(m.shared)  # one embedding, as in every T5 checkpoint
         m.decoder.set_input_embeddings(m.shared)
         if shapes()["shapes"][shape].get("tie_word_embeddings") is False:
-            w = torch.randn(m.lm_head.weight.shape, generator=g) * 0.05
-            m.lm_head.weight = torch.nn.Parameter(w.to(dtype))
+            w = torch.empty(m.lm_head.weight.shape).normal_(0.0, 0.05, generator=g)
+            m.lm_head.weight = torch.nn.Parameter(w)
         else:
             m.lm_head.weight = m.shared.weight
         m.decoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight.mul_(0.1)
         m.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight.mul_(0.1)
-    return m.eval()
+    return m.to(dtype).eval()
 
 
 def tokenizer(kind: str, words: list[str]) -> PreTrainedTokenizerFast:
