@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bildlib import REPO_ROOT
 from bildlib.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
+from bildlib.train import distill
 from bildlib.train.exits import EXIT_LOSSES
 
 MAX_LEN = 128  # tokens, source and target; Multi30k's longest sentence has 60
@@ -40,6 +41,9 @@ class TrainConfig:
     save_dtype: str = "float32"  # "bfloat16" halves the files; config.json keeps float32, so loading upcasts
     exits: str = ""  # loss over exits (train.exits): "" last layer, "ee" (L_e + L_n) / 2, "calm" sum i L_i
     exit_layer: int = 1  # "ee": the exit layer e (1-based), the early-exit BiLD model's small view
+    teacher: str | None = None  # a checkpoint folder / hub name to distil from (train.distill)
+    kd_lambda: float = 0.5  # with a teacher: loss = (1 - kd_lambda) CE + kd_lambda T² KL(teacher ‖ student)
+    kd_temperature: float = 1.0  # T, the softmax temperature of both distributions in the KL term
 
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "n_val"):
@@ -59,6 +63,9 @@ class TrainConfig:
             raise ValueError(
                 "arch 'gpt2' trains from scratch on the references: no init_from, exits or targets"
             )
+        distill.check(self.kd_lambda, self.kd_temperature)
+        if self.teacher and (self.arch != "t5" or self.exits):
+            raise ValueError("teacher: distillation trains a T5 model without exits (arch 't5', exits '')")
         if self.exits not in EXIT_LOSSES:
             raise ValueError(f"exits must be one of {EXIT_LOSSES}, got {self.exits!r}")
         if self.arch == "t5" and self.model.get("num_decoder_layers", 0) > self.model.get("num_layers", 6):

@@ -18,7 +18,7 @@ from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 from bildlib import data, metrics
 from bildlib.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
-from bildlib.train import causal
+from bildlib.train import causal, distill
 from bildlib.train.align import read_calibration
 from bildlib.train.config import MAX_LEN, TrainConfig, _path
 from bildlib.train.exits import exit_weights, multi_exit_loss
@@ -102,6 +102,16 @@ def build_model(cfg: TrainConfig, tok):
     return model
 
 
+def load_teacher(name: str, tok, device) -> torch.nn.Module:
+    """The frozen teacher of a distillation run, in float32 (autocast runs its products in bf16)."""
+    try:
+        teacher = AutoModelForSeq2SeqLM.from_pretrained(locate(name), dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        raise FileNotFoundError(f"teacher: cannot load model {name!r}: {e}") from e
+    check_vocab(tok, teacher.config, f"teacher {name}")
+    return teacher.to(device).eval().requires_grad_(False)
+
+
 def save_checkpoint(model, tok, out: Path, dtype: str) -> None:
     """A complete HF checkpoint in out, written beside it first and moved in file by file."""
     out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +153,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
     else:
         src, tgt = encode(tok, pairs, cfg.prefix)
     model = build_model(cfg, tok).to(device)
+    teacher = load_teacher(cfg.teacher, tok, device) if cfg.teacher else None
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -200,6 +211,12 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
                     loss = causal.loss(
                         model, causal.collate(src, idx, tok.pad_token_id, device), cfg.label_smoothing
                     )
+                elif teacher is not None:  # (1 - λ) CE + λ T² KL (train.distill)
+                    batch = collate(src, tgt, idx, device)
+                    with torch.no_grad():
+                        t_logits = teacher(**batch).logits  # (B, n, V), teacher-forced on the same targets
+                    loss = distill.kd_loss(model(**batch).logits, t_logits, batch["labels"], cfg.kd_lambda,
+                                           cfg.kd_temperature, cfg.label_smoothing)  # fmt: skip
                 else:
                     loss = multi_exit_loss(
                         model, collate(src, tgt, idx, device), weights, cfg.label_smoothing
