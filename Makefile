@@ -14,7 +14,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -165,6 +165,12 @@ models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
 	$(BIN)/python -m bildlib.modelcard_ee
+
+# Small models made for BiLD (docs/data-and-models.md, Students): distilled from the shipped large
+# on its greedy outputs (bildlib.train.distill). Not committed (the tree's 63 MB budget); each run
+# resumes from its last finished epoch.
+models-student: $(STAMP)
+	$(TRAIN) multi30k-student-kd $(TRAIN_ARGS)
 
 # fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)
