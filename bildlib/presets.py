@@ -36,16 +36,18 @@ class Preset:
     ee: str | None = None  # early-exit model (fig6): its first `exit_layer` decoder layers are BiLD's small
     calm: str | None = None  # the same base trained with CALM's weighted exits (fig7)
     exit_layer: int = 1
+    student: str | None = None  # a small model made for BiLD: distilled from the large (train.distill)
 
     def model(self, which: str) -> str:
-        """The checkpoint of `which` ("small", "aligned", "large", "ee" or "calm"): a local folder
-        or a hub id. The early-exit models are built, not shipped: a missing one is an error that
-        says how to build it."""
+        """The checkpoint of `which` ("small", "aligned", "large", "ee", "calm" or "student"): a
+        local folder or a hub id. The early-exit models and the student are built, not shipped: a
+        missing one is an error that says how to build it."""
         if which not in MODEL_NAMES:
             raise ValueError(f"which must be one of {', '.join(MODEL_NAMES)}, got {which!r}")
         name = getattr(self, which)
         if name is None:
             why = "early exit runs on multi30k" if which in ("ee", "calm") else "no aligned small model"
+            why = "students are trained for multi30k" if which == "student" else why
             raise ValueError(f"preset {self.name} has no {which} model ({why})")
         try:
             return locate(name)
@@ -54,6 +56,11 @@ class Preset:
                 raise FileNotFoundError(
                     f"{name} does not exist: the early-exit models are built, not "
                     "shipped; `make models-ee` trains them (docs/early-exit.md)"
+                ) from e
+            if which == "student":
+                raise FileNotFoundError(
+                    f"{name} does not exist: the student is built, not shipped; `make models-student` "
+                    "trains it (docs/data-and-models.md, Students)"
                 ) from e
             if name in LM_BUILT:
                 raise FileNotFoundError(
@@ -67,7 +74,7 @@ class Preset:
         return self.prefix + source + self.suffix
 
 
-MODEL_NAMES = ("small", "aligned", "large", "ee", "calm")
+MODEL_NAMES = ("small", "aligned", "large", "ee", "calm", "student")
 LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large")  # make models-lm
 DECODER_ONLY = ("multi30k-lm", "wikitext2-gpt2")  # the presets of notebooks/table2_lm
 
@@ -106,6 +113,7 @@ PRESETS = {
         max_new_tokens=64,
         ee="data/checkpoints/multi30k-ee",
         calm="data/checkpoints/multi30k-calm",
+        student="data/checkpoints/multi30k-student-kd",  # make models-student
     ),
     # arXiv v1 Table 2: GPT-2 on WikiText-2. Generation continues the first words of each paragraph
     # (hub.lm_split); its BLEU against the paragraph's own continuation is a weak proxy.
@@ -132,7 +140,7 @@ PRESETS = {
 # small model, no early exit.
 PRESETS["multi30k-lm"] = dataclasses.replace(
     PRESETS["multi30k"], name="multi30k-lm", small=LM_BUILT[0], aligned=None, large=LM_BUILT[1],
-    prefix="de: ", suffix=" en:", ee=None, calm=None,
+    prefix="de: ", suffix=" en:", ee=None, calm=None, student=None,
 )  # fmt: skip
 
 

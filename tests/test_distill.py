@@ -129,3 +129,22 @@ def test_distillation_moves_the_student_toward_its_teacher(tmp_path, multi30k_di
     assert [e["epoch"] for e in T.train(cut, progress=False)["epochs"]] == [1, 2]
     a, b = load_file(f"{kd.out}/model.safetensors"), load_file(f"{cut.out}/model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_student_is_a_third_small_model_of_the_preset(tmp_path):
+    """multi30k's student (make models-student) runs where the small and aligned models do; a
+    missing one says how to build it, and a paper preset has none."""
+    from bildlib import experiments as X
+    from bildlib import presets
+    from bildlib.experiments.runner import with_checkpoints
+
+    p = dataclasses.replace(presets.get("multi30k"), student="data/checkpoints/not-built-student")
+    with pytest.raises(FileNotFoundError, match="`make models-student` trains it"):
+        p.model("student")
+    with pytest.raises(ValueError, match=r"no student model \(students are trained for multi30k\)"):
+        presets.get("xsum-t5").model("student")
+    grid = X.bild_grid("multi30k", models=("aligned", "student"), fallbacks=[0.5], rollbacks=[1.0])
+    assert [c.label for c in grid] == ["bild-aligned-fb0.5-rb1.0", "bild-student-fb0.5-rb1.0"]
+    assert with_checkpoints(p, {"student": "elsewhere"}).student == "elsewhere"  # found when used
+    with pytest.raises(ValueError, match="needs a small model"):
+        X.bild("large", 0.5, 1.0)

@@ -14,7 +14,7 @@ from bildlib.decoding.common import check_count, check_threshold
 HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
 ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
-MODELS = ("small", "aligned", "large", "ee", "calm")
+MODELS = ("small", "aligned", "large", "ee", "calm", "student")
 FLOATS = ("fallback", "rollback", "threshold", "temperature", "top_p", "tau", "verify_end_below")
 EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what the early-exit models run
 
@@ -22,7 +22,7 @@ EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what th
 @dataclass(frozen=True)
 class Config:
     """One decoder configuration. `model` is the model of vanilla decoding ("small", "aligned",
-    "large") or the small model of the two-model methods (whose large model is "large").
+    "student", "large") or the small model of the two-model methods (whose large model is "large").
     temperature 0 is greedy; above it, nucleus sampling with top_p and seed. "generate" and
     "assisted" are transformers' greedy generate (model large) and assisted generation
     (decoding.hf; window: num_assistant_tokens, threshold: assistant_confidence_threshold, None:
@@ -66,7 +66,8 @@ class Config:
         if self.method == "generate" and self.model != "large":
             raise ValueError(f"generate runs the large model: model must be 'large', got {self.model!r}")
         if self.method not in ("vanilla", "generate") and self.model == "large":
-            raise ValueError(f"{self.method} needs a small model (small or aligned), got model='large'")
+            small = "small, aligned or student"
+            raise ValueError(f"{self.method} needs a small model ({small}), got model='large'")
         if self.model in EARLY_EXIT and self.method not in EARLY_EXIT[self.model]:
             runs = " or ".join(EARLY_EXIT[self.model])
             raise ValueError(f"model {self.model!r} runs {runs}, not {self.method!r}")
