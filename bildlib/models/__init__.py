@@ -6,6 +6,7 @@ calls: the HF forward, or the lean engines `lean_t5` / `lean_causal` on the same
     small, large = load_pair("data/checkpoints/multi30k-small", "data/checkpoints/multi30k-large")
 """
 
+from bildlib.models import pet  # registers PET's student (model_type "bild-pet-t5") with the Auto classes
 from bildlib.models.early_exit import early_exit_pair
 from bildlib.models.engine import ENGINES, check_engine, why_not_lean
 from bildlib.models.lean_common import UnsupportedArchitectureError
@@ -28,5 +29,5 @@ __all__ = [
     "ENGINES", "LM", "ModelUnavailableError", "UnsupportedArchitectureError", "early_exit_pair",
     "why_not_lean", "check_dtype", "check_engine", "check_pair", "check_same_vocab", "check_vocab",
     "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
-    "resolve_dtype", "stored_dtype",
+    "pet", "resolve_dtype", "stored_dtype",
 ]  # fmt: skip

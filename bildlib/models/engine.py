@@ -19,7 +19,8 @@ from bildlib.models.lean_common import UnsupportedArchitectureError, column_majo
 from bildlib.models.lean_t5 import LeanT5
 
 ENGINES = ("auto", "lean", "hf")
-LEAN = {"t5": LeanT5, "mt5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
+# model_type -> engine; PET's student is a T5 with tied weights (models.pet)
+LEAN = {"t5": LeanT5, "mt5": LeanT5, "bild-pet-t5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
 log = logging.getLogger("bildlib.models")
 
 

@@ -18,6 +18,7 @@ from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 from bildlib import data, metrics
 from bildlib.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
+from bildlib.models.pet import PetConfig, PetT5
 from bildlib.train import causal, distill
 from bildlib.train.align import read_calibration
 from bildlib.train.config import MAX_LEN, TrainConfig, _path
@@ -80,8 +81,9 @@ def build_model(cfg: TrainConfig, tok):
         except (OSError, ValueError) as e:
             raise FileNotFoundError(f"init_from: cannot load model {cfg.init_from!r}: {e}") from e
     else:
-        model = T5ForConditionalGeneration(
-            T5Config(
+        pet = any(k.startswith("pet_") for k in cfg.model)  # PET's parameter-shared student (models.pet)
+        model = (PetT5 if pet else T5ForConditionalGeneration)(
+            (PetConfig if pet else T5Config)(
                 vocab_size=len(tok),
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
