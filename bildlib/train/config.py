@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bildlib import REPO_ROOT
 from bildlib.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
-from bildlib.train import distill
+from bildlib.train import distill, warmup
 from bildlib.train.exits import EXIT_LOSSES
 
 MAX_LEN = 128  # tokens, source and target; Multi30k's longest sentence has 60
@@ -44,6 +44,9 @@ class TrainConfig:
     teacher: str | None = None  # a checkpoint folder / hub name to distil from (train.distill)
     kd_lambda: float = 0.5  # with a teacher: loss = (1 - kd_lambda) CE + kd_lambda T² KL(teacher ‖ student)
     kd_temperature: float = 1.0  # T, the softmax temperature of both distributions in the KL term
+    pet_warmup_epochs: int = 0  # with a teacher: the first epochs learn PET's four-class task (train.warmup)
+    warmup_eps_correct: float = 0.5  # the warm-up's confidence threshold where the teacher is right
+    warmup_eps_wrong: float = 0.5  # and where it is wrong
 
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "n_val"):
@@ -64,6 +67,12 @@ class TrainConfig:
                 "arch 'gpt2' trains from scratch on the references: no init_from, exits or targets"
             )
         distill.check(self.kd_lambda, self.kd_temperature)
+        warmup.check(self.warmup_eps_correct, self.warmup_eps_wrong)
+        if not isinstance(self.pet_warmup_epochs, int) or not 0 <= self.pet_warmup_epochs < self.epochs:
+            got = self.pet_warmup_epochs
+            raise ValueError(f"pet_warmup_epochs must be an integer in [0, epochs), got {got!r}")
+        if self.pet_warmup_epochs and not self.teacher:
+            raise ValueError("pet_warmup_epochs: the warm-up task is labelled by a teacher; give teacher")
         if self.teacher and (self.arch != "t5" or self.exits):
             raise ValueError("teacher: distillation trains a T5 model without exits (arch 't5', exits '')")
         if self.exits not in EXIT_LOSSES:

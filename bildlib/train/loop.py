@@ -19,7 +19,7 @@ from bildlib import data, metrics
 from bildlib.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
 from bildlib.models.pet import PetConfig, PetT5
-from bildlib.train import causal, distill
+from bildlib.train import causal, distill, warmup
 from bildlib.train.align import read_calibration
 from bildlib.train.config import MAX_LEN, TrainConfig, _path
 from bildlib.train.exits import exit_weights, multi_exit_loss
@@ -217,8 +217,13 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
                     batch = collate(src, tgt, idx, device)
                     with torch.no_grad():
                         t_logits = teacher(**batch).logits  # (B, n, V), teacher-forced on the same targets
-                    loss = distill.kd_loss(model(**batch).logits, t_logits, batch["labels"], cfg.kd_lambda,
-                                           cfg.kd_temperature, cfg.label_smoothing)  # fmt: skip
+                    s_logits = model(**batch).logits
+                    if epoch <= cfg.pet_warmup_epochs:  # PET's four-class task first (train.warmup)
+                        loss = warmup.loss(s_logits, t_logits, batch["labels"], cfg.warmup_eps_correct,
+                                           cfg.warmup_eps_wrong)  # fmt: skip
+                    else:
+                        loss = distill.kd_loss(s_logits, t_logits, batch["labels"], cfg.kd_lambda,
+                                               cfg.kd_temperature, cfg.label_smoothing)  # fmt: skip
                 else:
                     loss = multi_exit_loss(
                         model, collate(src, tgt, idx, device), weights, cfg.label_smoothing
