@@ -4,6 +4,8 @@
     python -m bildlib.train multi30k-large --device cuda
     python -m bildlib.train calibrate data/checkpoints/multi30k-large   # large greedy outputs on train
     python -m bildlib.train multi30k-small-aligned         # small trained on those outputs
+    python -m bildlib.train multi30k-student-kd            # distilled from the large (train.distill)
+    python -m bildlib.train.agreement data/checkpoints/multi30k-student-kd   # agreement, ECE on val
 
 Each epoch: length-bucketed batches, AdamW or Adafactor with warm-up and linear decay, gradient
 clipping; then greedy BLEU (sacrebleu) on the first `n_val` val sentences. The best epoch is
