@@ -23,6 +23,22 @@ from bildlib.models import LM, load_model
 
 
 @torch.inference_mode()
+def greedy_ids(model, tok, sources: list[str], batch_size: int = 64, max_new_tokens: int = 128,
+               progress: bool = False) -> list[list[int]]:  # fmt: skip
+    """Greedy output ids for sources, up to and including EOS (no start token), batched by length
+    (the order of sources is kept)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[int]] = [[] for _ in sources]
+    batches = range(0, len(order), batch_size)
+    for b in tqdm(batches, desc="translate", disable=not progress):
+        idx = order[b : b + batch_size]
+        enc = tok([sources[i] for i in idx], return_tensors="pt", padding=True).to(model.device)
+        gen = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
+        for i, row in zip(idx, gen[:, 1:].tolist(), strict=True):  # drop the decoder start token
+            out[i] = row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row
+    return out
+
+
 def translate(
     model,
     tok,
@@ -33,16 +49,8 @@ def translate(
     progress: bool = False,
 ) -> list[str]:
     """Greedy outputs for sources, batched by length (the order of sources is kept)."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    out: list[str] = [""] * len(sources)
-    batches = range(0, len(order), batch_size)
-    for b in tqdm(batches, desc="translate", disable=not progress):
-        idx = order[b : b + batch_size]
-        enc = tok([prefix + sources[i] for i in idx], return_tensors="pt", padding=True).to(model.device)
-        gen = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
-        for i, text in zip(idx, tok.batch_decode(gen, skip_special_tokens=True), strict=True):
-            out[i] = text
-    return out
+    ids = greedy_ids(model, tok, [prefix + s for s in sources], batch_size, max_new_tokens, progress)
+    return tok.batch_decode(ids, skip_special_tokens=True)
 
 
 def evaluate(

@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from bildlib import train as T
+from bildlib.evaluate import greedy_ids
 from bildlib.models import load_tokenizer
 from bildlib.train import agreement as G
 from test_train import tiny
@@ -30,7 +31,7 @@ def test_a_model_agrees_with_its_own_greedy_outputs(tmp_path, multi30k_dir):
     tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
     a, b = (T.build_model(tiny(tmp_path, seed=s), tok).eval() for s in (0, 1))
     sources = T.data.load_multi30k("val").sources[:6]
-    ids = G.greedy_ids(a, tok, sources, batch_size=4, max_new_tokens=12)
+    ids = greedy_ids(a, tok, sources, batch_size=4, max_new_tokens=12)
     assert all(0 < len(x) <= 12 for x in ids)
     df = G.positions(a, tok, sources, ids, batch_size=4)
     assert len(df) == sum(map(len, ids)) and df["agree"].all()

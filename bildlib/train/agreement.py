@@ -20,21 +20,8 @@ import pandas as pd
 import torch
 
 from bildlib import data
+from bildlib.evaluate import greedy_ids
 from bildlib.models import load_model
-
-
-@torch.inference_mode()
-def greedy_ids(model, tok, sources: list[str], batch_size=64, max_new_tokens=128) -> list[list[int]]:
-    """The model's greedy output ids for each source, up to and including EOS (no start token)."""
-    out: list[list[int]] = [[] for _ in sources]
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    for b in range(0, len(order), batch_size):
-        idx = order[b : b + batch_size]
-        enc = tok([sources[i] for i in idx], return_tensors="pt", padding=True).to(model.device)
-        gen = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
-        for i, row in zip(idx, gen[:, 1:].tolist(), strict=True):  # drop the decoder start token
-            out[i] = row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row
-    return out
 
 
 @torch.inference_mode()
