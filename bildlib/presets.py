@@ -75,6 +75,8 @@ class Preset:
 
 
 MODEL_NAMES = ("small", "aligned", "large", "ee", "calm", "student")
+SMALL_MODELS = ("small", "aligned", "student")  # BiLD's small models; ee and calm stand alone
+BUILT = ("ee", "calm", "student")  # built by a make target, not shipped: model() says which
 LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large")  # make models-lm
 DECODER_ONLY = ("multi30k-lm", "wikitext2-gpt2")  # the presets of notebooks/table2_lm
 

@@ -14,7 +14,7 @@ from bildlib.decoding.common import check_count, check_threshold
 HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
 ENGINES = (None, "auto", "lean", "hf")  # None: the run's engine (run / sweep argument `engine`)
-MODELS = ("small", "aligned", "large", "ee", "calm", "student")
+MODELS = presets.MODEL_NAMES
 FLOATS = ("fallback", "rollback", "threshold", "temperature", "top_p", "tau", "verify_end_below")
 EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what the early-exit models run
 

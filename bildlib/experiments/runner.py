@@ -50,9 +50,8 @@ def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Pre
     bad = set(checkpoints or {}) - set(presets.MODEL_NAMES)
     if bad:
         raise ValueError(f"checkpoints: keys must be {', '.join(presets.MODEL_NAMES)}, got {sorted(bad)}")
-    # ee, calm and student are found when used (Preset.model says how to build a missing one)
-    built = ("ee", "calm", "student")
-    new = {k: v if k in built else locate(v) for k, v in (checkpoints or {}).items()}
+    # the built ones are found when used (Preset.model says how to build a missing one)
+    new = {k: v if k in presets.BUILT else locate(v) for k, v in (checkpoints or {}).items()}
     return dataclasses.replace(p, **new)
 
 
@@ -85,7 +84,7 @@ class Models:
             else:
                 path = self.preset.model(which)
                 lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy, engine)
-            if which in ("small", "aligned", "student"):  # BiLD's small models; ee and calm stand alone
+            if which in presets.SMALL_MODELS:
                 check_pair(lm, self.get("large", engine))
             self._lm[which, engine] = lm
         return self._lm[which, engine]

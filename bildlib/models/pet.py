@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
 
-# each block's attentions, by HF T5's parameter names
-ATTN = {"encoder": "layer.0.SelfAttention", "self": "layer.0.SelfAttention",
-        "cross": "layer.1.EncDecAttention"}  # fmt: skip
+# each block's attentions, by HF T5's parameter names (an encoder block has the first only)
+ATTN = {"self": "layer.0.SelfAttention", "cross": "layer.1.EncDecAttention"}
 
 
 class PetConfig(T5Config):
@@ -71,7 +70,7 @@ def ties(config: PetConfig, names: list[str]) -> dict[str, str]:
                     continue  # encoder-decoder K and V stay per block
                 if f"{stack}.block.{a}.{rel}" in names:
                     out[name] = f"{stack}.block.{a}.{rel}"
-    enc = "encoder.block.{}." + ATTN["encoder"] + ".{}.weight"
+    enc = "encoder.block.{}." + ATTN["self"] + ".{}.weight"
     for a, _ in config.pet_pairs if config.pet_encoder_qk else ():
         out[enc.format(a, "q")] = enc.format(a, "k")  # Q_a = K_a = K_b (tied above), and Q_b = Q_a
     for i in range(config.num_decoder_layers) if config.pet_decoder_q else ():

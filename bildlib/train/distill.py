@@ -6,10 +6,11 @@ the usual cross-entropy on the targets.
 
 p^T is a softmax at temperature T; T² keeps the KL term's gradients at the scale of the CE's
 as T grows (Hinton et al., §2). The teacher is teacher-forced on the same targets as the
-student, in the training loop (no cache of its logits: at Multi30k's scale its forward costs
-less than the student's backward). On the alignment set (the large model's greedy outputs,
-`train.align`) the CE term is sequence-level distillation and the KL term word-level: BiLD
-needs the small model's argmax to be the large one's, and its max probability to say when.
+student, in the training loop; its logits are not cached (on the shipped pair that doubles an
+epoch of the small shape: docs/data-and-models.md, Students). On the alignment set (the large
+model's greedy outputs, `train.align`) the CE term is sequence-level distillation and the KL
+term word-level: BiLD needs the small model's argmax to be the large one's, and its max
+probability to say when.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float = 1.0) -
     """KL(p_teacher ‖ p_student) at `temperature`, per row: logits (N, V) -> (N,), in float32."""
     log_s = F.log_softmax(student.float() / temperature, -1)  # (N, V)
     log_t = F.log_softmax(teacher.float() / temperature, -1)
-    return (log_t.exp() * (log_t - log_s)).sum(-1)  # 0 where they agree; xlogy is not needed: exp(-inf) = 0
+    return (log_t.exp() * (log_t - log_s)).sum(-1)  # 0 where they agree; logits must be finite
 
 
 def kd_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, lam: float,
