@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from bildlib import train as T
 from bildlib.models import load_tokenizer
 from bildlib.train import distill
-from test_train import tiny
+from test_train import killed_in_epoch_2_then_rerun, tiny
 
 
 def test_kl_of_two_tokens_by_hand():
@@ -114,19 +114,8 @@ def test_distillation_moves_the_student_toward_its_teacher(tmp_path, multi30k_di
     assert _kl_to(teacher.out, kd.out) < 0.9 * _kl_to(teacher.out, str(tmp_path / "plain"))
 
     # killed in epoch 2's validation, then run again: the same weights as the run never stopped
-    cut, real_bleu, calls = dataclasses.replace(kd, out=str(tmp_path / "cut")), T.metrics.bleu, []
-
-    def dies_in_epoch_2(h, r):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real_bleu(h, r)
-
-    monkeypatch.setattr(T.metrics, "bleu", dies_in_epoch_2)
-    with pytest.raises(KeyboardInterrupt):
-        T.train(cut, progress=False)
-    monkeypatch.setattr(T.metrics, "bleu", real_bleu)
-    assert [e["epoch"] for e in T.train(cut, progress=False)["epochs"]] == [1, 2]
+    cut = dataclasses.replace(kd, out=str(tmp_path / "cut"))
+    assert [e["epoch"] for e in killed_in_epoch_2_then_rerun(cut, monkeypatch)["epochs"]] == [1, 2]
     a, b = load_file(f"{kd.out}/model.safetensors"), load_file(f"{cut.out}/model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

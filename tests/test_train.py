@@ -81,22 +81,28 @@ def test_same_seed_same_weights(teacher, tmp_path):
     assert not torch.equal(other.shared.weight, a["shared.weight"])
 
 
-def test_interrupted_run_resumes_to_the_same_weights(teacher, tmp_path, monkeypatch):
-    cfg, _ = teacher
-    cut = dataclasses.replace(cfg, out=str(tmp_path / "cut"))
+def killed_in_epoch_2_then_rerun(cfg, monkeypatch) -> dict:
+    """Train cfg, killed during epoch 2's validation (only epoch 1 is saved), then again: the
+    second run's log."""
     real_bleu, calls = T.metrics.bleu, []
 
     def dies_in_epoch_2(h, r):
         calls.append(1)
         if len(calls) == 2:
-            raise KeyboardInterrupt  # killed during epoch 2's validation: only epoch 1 is saved
+            raise KeyboardInterrupt
         return real_bleu(h, r)
 
     monkeypatch.setattr(T.metrics, "bleu", dies_in_epoch_2)
     with pytest.raises(KeyboardInterrupt):
-        T.train(cut, progress=False)
+        T.train(cfg, progress=False)
     monkeypatch.setattr(T.metrics, "bleu", real_bleu)
-    log = T.train(cut, progress=False)
+    return T.train(cfg, progress=False)
+
+
+def test_interrupted_run_resumes_to_the_same_weights(teacher, tmp_path, monkeypatch):
+    cfg, _ = teacher
+    cut = dataclasses.replace(cfg, out=str(tmp_path / "cut"))
+    log = killed_in_epoch_2_then_rerun(cut, monkeypatch)
     assert [e["epoch"] for e in log["epochs"]] == [1, 2, 3]
     a, b = weights(cfg), weights(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)
