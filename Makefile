@@ -14,7 +14,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -147,12 +147,11 @@ tokenizer: $(STAMP)
 # Retrains the shipped pair (model cards give the times): large, its greedy outputs on train
 # (the calibration set), small, aligned small; then re-measures the cards. Each run resumes
 # from its last finished epoch; FRESH=1 discards those states. DEVICE=cuda on a GPU.
-DEVICE ?= auto
 TRAIN := $(BIN)/python -m bildlib.train
-TRAIN_ARGS = --device $(DEVICE) $(if $(FRESH),--fresh)
+TRAIN_ARGS = --device $(or $(DEVICE),auto) $(if $(FRESH),--fresh)
 models: $(STAMP)
 	$(TRAIN) multi30k-large $(TRAIN_ARGS)
-	$(TRAIN) calibrate data/checkpoints/multi30k-large --device $(DEVICE)
+	$(TRAIN) calibrate data/checkpoints/multi30k-large --device $(or $(DEVICE),auto)
 	$(TRAIN) multi30k-small $(TRAIN_ARGS)
 	$(TRAIN) multi30k-small-aligned $(TRAIN_ARGS)
 	$(MAKE) cards
@@ -171,6 +170,15 @@ models-ee: $(STAMP)
 # resumes from its last finished epoch.
 models-student: $(STAMP)
 	$(TRAIN) multi30k-student-kd $(TRAIN_ARGS)
+
+# The candidate students of notebooks/small_models.ipynb, then PET's ablations (notebooks/pet.ipynb),
+# in train.config.CANDIDATES and PET_ABLATIONS: the teacher's top 32 is computed once into
+# build/teacher/, each run resumes from its last finished epoch (about 3 h in all on 2 CPU cores).
+CANDIDATES ?= top32 dec2 w256 pet
+PET_RUNS ?= none pairs pairs-encqk pairs-decq full full-warmup
+models-candidates: $(STAMP)
+	@for c in $(CANDIDATES); do $(TRAIN) multi30k-student-$$c $(TRAIN_ARGS) || exit 1; done
+	@for c in $(PET_RUNS); do $(TRAIN) multi30k-pet-$$c $(TRAIN_ARGS) || exit 1; done
 
 # fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)

@@ -247,3 +247,16 @@ def test_cli_records_the_command_as_typed(monkeypatch):
     )
     cli.main(["multi30k-small", "--device", "cpu", "--set", "lr=0.01"])
     assert seen["command"] == "python -m bildlib.train multi30k-small --device cpu --set lr=0.01"
+
+
+@pytest.mark.parametrize("device", [None, "cuda"])
+def test_every_training_target_names_a_device(device):
+    """make's training targets pass --device (auto unless DEVICE is given): an empty DEVICE once
+    left `--device` without its value, and every target failed."""
+    import subprocess
+
+    args = ["make", "-n", "models", "models-student", "models-candidates", "models-lm"]
+    out = subprocess.run(args + ([f"DEVICE={device}"] if device else []), capture_output=True, text=True,
+                         cwd=T._path("."), check=True).stdout  # fmt: skip
+    lines = [x for x in out.splitlines() if "bildlib.train " in x]
+    assert len(lines) >= 9 and all(f"--device {device or 'auto'}" in x for x in lines), lines

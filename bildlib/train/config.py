@@ -44,6 +44,7 @@ class TrainConfig:
     teacher: str | None = None  # a checkpoint folder / hub name to distil from (train.distill)
     kd_lambda: float = 0.5  # with a teacher: loss = (1 - kd_lambda) CE + kd_lambda T² KL(teacher ‖ student)
     kd_temperature: float = 1.0  # T, the softmax temperature of both distributions in the KL term
+    teacher_topk: int = 0  # 0: the teacher runs in every epoch; k: its top k, cached once (train.topk)
     pet_warmup_epochs: int = 0  # with a teacher: the first epochs learn PET's four-class task (train.warmup)
     warmup_eps_correct: float = 0.5  # the warm-up's confidence threshold where the teacher is right
     warmup_eps_wrong: float = 0.5  # and where it is wrong
@@ -71,6 +72,10 @@ class TrainConfig:
         if not isinstance(self.pet_warmup_epochs, int) or not 0 <= self.pet_warmup_epochs < self.epochs:
             got = self.pet_warmup_epochs
             raise ValueError(f"pet_warmup_epochs must be an integer in [0, epochs), got {got!r}")
+        if not isinstance(self.teacher_topk, int) or self.teacher_topk < 0:
+            raise ValueError(f"teacher_topk must be an integer >= 0, got {self.teacher_topk!r}")
+        if self.teacher_topk and not self.teacher:
+            raise ValueError("teacher_topk caches a teacher's outputs: give teacher")
         if self.pet_warmup_epochs and not self.teacher:
             raise ValueError("pet_warmup_epochs: the warm-up task is labelled by a teacher; give teacher")
         if self.teacher and (self.arch != "t5" or self.exits):
@@ -104,6 +109,36 @@ LM_SMALL = dict(n_embd=128, n_layer=2, n_head=4, n_inner=512)
 LM_LARGE = dict(n_embd=384, n_layer=8, n_head=6, n_inner=1024)
 _LM = dict(arch="gpt2", prefix="de: ", suffix=" en:", n_val=1014, batch_size=32, lr=1e-3, warmup_steps=200,
            label_smoothing=0.0, save_dtype="bfloat16")  # fmt: skip
+# The candidate students of notebooks/small_models.ipynb and PET's ablations (notebooks/pet.ipynb),
+# all distilled like multi30k-student-kd but from the teacher's top 32 computed once (train.topk).
+# Built by `make models-candidates` (docs/data-and-models.md, Students); not committed.
+_KD = dict(targets=CALIBRATION, teacher=TEACHER, kd_lambda=0.5, kd_temperature=1.0, teacher_topk=32,
+           label_smoothing=0.0, batch_size=64, **_RECIPE)  # fmt: skip
+PET_SHAPE = dict(SMALL, num_decoder_layers=4)  # PET's four-layer model (its Table 2), at the small's width
+PET_FULL = dict(pet_pairs=[[0, 2], [1, 3]], pet_encoder_qk=True, pet_decoder_q=True)
+_CANDIDATES = {
+    "top32": dict(model=SMALL),  # multi30k-student-kd's run from the cache: what top 32 changes
+    "dec2": dict(model=dict(SMALL, num_decoder_layers=2)),
+    "w256": dict(model=dict(SMALL, d_model=256, d_ff=1024, d_kv=64)),
+    "pet": dict(model=dict(PET_SHAPE, **PET_FULL), pet_warmup_epochs=1),
+}
+CANDIDATES = {f"multi30k-student-{k}": TrainConfig(out=f"data/checkpoints/multi30k-student-{k}",
+                                                   **{**_KD, "epochs": 8, **kw})
+              for k, kw in _CANDIDATES.items()}  # fmt: skip
+# PET's ablations at this scale: layer pairs (its Table 2), the matrix pairs (Tables 3-4), and the
+# warm-up (one epoch of it before the same four epochs of KD), each 4 epochs of KD like the small
+_PAIRS = dict(pet_pairs=[[0, 2], [1, 3]])
+_ABLATIONS = {
+    "none": dict(model=PET_SHAPE),
+    "pairs": dict(model=dict(PET_SHAPE, **_PAIRS)),
+    "pairs-encqk": dict(model=dict(PET_SHAPE, **_PAIRS, pet_encoder_qk=True)),
+    "pairs-decq": dict(model=dict(PET_SHAPE, **_PAIRS, pet_decoder_q=True)),
+    "full": dict(model=dict(PET_SHAPE, **PET_FULL)),
+    "full-warmup": dict(model=dict(PET_SHAPE, **PET_FULL), epochs=5, pet_warmup_epochs=1),
+}
+PET_ABLATIONS = {f"multi30k-pet-{k}": TrainConfig(out=f"data/checkpoints/multi30k-pet-{k}",
+                                                  **{**_KD, "epochs": 4, **kw})
+                 for k, kw in _ABLATIONS.items()}  # fmt: skip
 PRESETS = {
     "multi30k-small": TrainConfig(out="data/checkpoints/multi30k-small", **_SMALL),
     "multi30k-large": TrainConfig(
@@ -129,6 +164,8 @@ PRESETS = {
         out="data/checkpoints/multi30k-student-kd", targets=CALIBRATION, teacher=TEACHER,
         kd_lambda=0.5, kd_temperature=1.0, **{**_SMALL, "epochs": 8, "label_smoothing": 0.0},
     ),  # fmt: skip
+    **CANDIDATES,
+    **PET_ABLATIONS,
     # early exit (paper 4.4; docs/early-exit.md): the shipped large fine-tuned with exits. Not committed (the
     # tracked tree must stay under 60 MB): `make models-ee` builds them (docs/early-exit.md)
     "multi30k-ee": TrainConfig(out="data/checkpoints/multi30k-ee", exits="ee", **_EXITS),

@@ -19,7 +19,7 @@ from bildlib import data, metrics
 from bildlib.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
 from bildlib.models.pet import PetConfig, PetT5
-from bildlib.train import causal, distill, warmup
+from bildlib.train import causal, distill, topk, warmup
 from bildlib.train.align import read_calibration
 from bildlib.train.config import MAX_LEN, TrainConfig, _path
 from bildlib.train.exits import exit_weights, multi_exit_loss
@@ -156,6 +156,11 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         src, tgt = encode(tok, pairs, cfg.prefix)
     model = build_model(cfg, tok).to(device)
     teacher = load_teacher(cfg.teacher, tok, device) if cfg.teacher else None
+    soft = None  # the teacher's cached top k (train.topk), read instead of running the teacher
+    if teacher is not None and cfg.teacher_topk:
+        soft = topk.load_or_compute(str(locate(cfg.teacher)), teacher, src, tgt, cfg.teacher_topk, cfg.bf16,
+                                    progress=progress)  # fmt: skip
+        teacher = None
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -213,10 +218,13 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
                     loss = causal.loss(
                         model, causal.collate(src, idx, tok.pad_token_id, device), cfg.label_smoothing
                     )
-                elif teacher is not None:  # (1 - λ) CE + λ T² KL (train.distill)
+                elif teacher is not None or soft is not None:  # (1 - λ) CE + λ T² KL (train.distill)
                     batch = collate(src, tgt, idx, device)
-                    with torch.no_grad():
-                        t_logits = teacher(**batch).logits  # (B, n, V), teacher-forced on the same targets
+                    if soft is not None:
+                        t_logits = soft.dense(idx, batch["labels"].shape).to(device)  # (B, n, V) log p
+                    else:
+                        with torch.no_grad():
+                            t_logits = teacher(**batch).logits  # (B, n, V), teacher-forced on the targets
                     s_logits = model(**batch).logits
                     if epoch <= cfg.pet_warmup_epochs:  # PET's four-class task first (train.warmup)
                         loss = warmup.loss(s_logits, t_logits, batch["labels"], cfg.warmup_eps_correct,
