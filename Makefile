@@ -14,7 +14,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -179,6 +179,14 @@ PET_RUNS ?= none pairs pairs-encqk pairs-decq full full-warmup
 models-candidates: $(STAMP)
 	@for c in $(CANDIDATES); do $(TRAIN) multi30k-student-$$c $(TRAIN_ARGS) || exit 1; done
 	@for c in $(PET_RUNS); do $(TRAIN) multi30k-pet-$$c $(TRAIN_ARGS) || exit 1; done
+
+# Which small model makes BiLD fastest (notebooks/small_models.ipynb): every candidate's cost per
+# token, agreement and calibration, and one interleaved sweep of all of them on all of Multi30k val,
+# into figures/small_models/ (needs make models-student models-candidates; about 40 min on 2 CPU cores).
+small-models: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/small_models \
+	  notebooks/small_models.ipynb build/notebooks/small_models.ipynb
 
 # fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)

@@ -37,11 +37,24 @@ class Preset:
     calm: str | None = None  # the same base trained with CALM's weighted exits (fig7)
     exit_layer: int = 1
     student: str | None = None  # a small model made for BiLD: distilled from the large (train.distill)
+    candidates: tuple = ()  # (("student:<label>", folder), ...): notebooks/small_models' trials
 
     def model(self, which: str) -> str:
         """The checkpoint of `which` ("small", "aligned", "large", "ee", "calm" or "student"): a
         local folder or a hub id. The early-exit models and the student are built, not shipped: a
-        missing one is an error that says how to build it."""
+        missing one is an error that says how to build it. A candidate "student:<label>" is
+        found in `candidates` (given as checkpoints to a run)."""
+        if is_candidate(which):
+            name = dict(self.candidates).get(which)
+            if name is None:
+                raise ValueError(f"no checkpoint for model {which!r}: pass checkpoints={{{which!r}: folder}}")
+            try:
+                return locate(name)
+            except FileNotFoundError as e:
+                raise FileNotFoundError(
+                    f"{which}: {name} does not exist; `make models-candidates` trains the candidate "
+                    "students (docs/data-and-models.md, Students)"
+                ) from e
         if which not in MODEL_NAMES:
             raise ValueError(f"which must be one of {', '.join(MODEL_NAMES)}, got {which!r}")
         name = getattr(self, which)
@@ -77,6 +90,17 @@ class Preset:
 MODEL_NAMES = ("small", "aligned", "large", "ee", "calm", "student")
 SMALL_MODELS = ("small", "aligned", "student")  # BiLD's small models; ee and calm stand alone
 BUILT = ("ee", "calm", "student")  # built by a make target, not shipped: model() says which
+CANDIDATE = "student:"  # "student:<label>": a candidate small model, its checkpoint given at run time
+
+
+def is_candidate(which) -> bool:
+    """Whether `which` names a candidate small model ("student:" and a label)."""
+    return isinstance(which, str) and which.startswith(CANDIDATE) and len(which) > len(CANDIDATE)
+
+
+def is_small(which) -> bool:
+    """Whether `which` is one of BiLD's small models: small, aligned, student or a candidate."""
+    return which in SMALL_MODELS or is_candidate(which)
 LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large")  # make models-lm
 DECODER_ONLY = ("multi30k-lm", "wikitext2-gpt2")  # the presets of notebooks/table2_lm
 

@@ -11,7 +11,14 @@ import pytest
 from conftest import REPO
 
 NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers",
-             "fig7", "fig6"]  # fmt: skip
+             "fig7", "fig6", "small_models"]  # fmt: skip
+# small_models runs on the shipped small and aligned models standing in for the students (make
+# models-candidates builds them)
+TRIAL = {
+    "candidates": {"small": "data/checkpoints/multi30k-small",
+                   "aligned": "data/checkpoints/multi30k-small-aligned"},
+    "winner": "aligned", "fallbacks": [0.5], "lossless_fallbacks": [0.5], "step_rounds": 1,
+}  # fmt: skip
 # fig6 / fig7 run on the shipped large standing in for the early-exit models (make models-ee
 # builds the real ones): its untrained layer-1 exit decodes badly, but every path runs
 STAND_IN = {
@@ -80,6 +87,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             "two_model": False,
         },  # fmt: skip
         "fig6": STAND_IN | {"fallbacks": [0.6], "rollbacks": [1.0]},  # fig7's rows, cached
+        "small_models": TRIAL,
     }
     plan = [(name, tiny | extra[name]) for name in NOTEBOOKS]
     run = "\n".join(["import json, sys", "from bildlib.paper import dryrun",
@@ -149,6 +157,17 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             if name == "fig7":  # lambda 1 never exits: the full model's output and score
                 assert s["score"]["calm-state-l1.0-tau0"] == s["score"]["vanilla-ee"]
                 assert len(pd.read_csv(tmp_path / "fig" / "fig7_matched.csv")) == 5
+        elif name == "small_models":  # two candidates, the winner also at 16 small steps in a row
+            prof = pd.read_csv(tmp_path / "fig" / "small_models_profile.csv").set_index("label")
+            assert list(prof.index) == ["small", "aligned"] and prof["agreement"].between(0, 1).all()
+            assert (prof[["step_ms_float32", "step_ms_bfloat16", "large_step_ms_float32"]] > 0).all().all()
+            assert (prof["params_m"].round(3) == 2.075).all() and (prof["positions"] > 3).all()
+            h = pd.read_csv(tmp_path / "fig" / "small_models.csv")
+            assert list(zip(h["candidate"], h["max_small_steps"], strict=True)) == [
+                ("small", 10), ("aligned", 10), ("aligned", 16)]  # fmt: skip
+            assert (h["lossless_bleu"] == h["large_bleu"]).all()  # lossless: vanilla large's outputs
+            assert len(pd.read_csv(tmp_path / "fig" / "small_models_all.csv")) == 6
+            assert len(pd.read_csv(tmp_path / "fig" / "small_models_reliability.csv")) >= 2
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()

@@ -57,8 +57,9 @@ class Config:
                 object.__setattr__(self, f, float(v))
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.model not in MODELS and not presets.is_candidate(self.model):
+            known = f"{', '.join(MODELS)} or 'student:<label>'"
+            raise ValueError(f"model must be one of {known}, got {self.model!r}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of auto, lean, hf or None, got {self.engine!r}")
         if self.method in HF_METHODS and self.engine not in (None, "hf"):
@@ -138,6 +139,8 @@ class Config:
         if self.verify_end_below is not None:
             end = f"-verify-below{self.verify_end_below:g}" + end
         end = ("-exact" if self.distance == "exact" else "") + end
+        if self.max_small_steps not in (10, None):  # the paper's limit of 10 goes unnamed
+            end = f"-max{self.max_small_steps}" + end
         return f"bild-{self.model}-{fb}-{rb}" + end + ("-authors" if self.rules == "authors" else "")
 
     def canonical(self) -> Config:

@@ -47,11 +47,16 @@ from bildlib.models.early_exit import exit_views
 def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
     """The preset with some of its small / aligned / large checkpoints replaced (folders relative
     to the working directory or the repository root, or hub ids; see models.locate)."""
-    bad = set(checkpoints or {}) - set(presets.MODEL_NAMES)
+    checkpoints = dict(checkpoints or {})
+    bad = set(checkpoints) - set(presets.MODEL_NAMES) - {k for k in checkpoints if presets.is_candidate(k)}
     if bad:
-        raise ValueError(f"checkpoints: keys must be {', '.join(presets.MODEL_NAMES)}, got {sorted(bad)}")
-    # the built ones are found when used (Preset.model says how to build a missing one)
-    new = {k: v if k in presets.BUILT else locate(v) for k, v in (checkpoints or {}).items()}
+        raise ValueError(f"checkpoints: keys must be {', '.join(presets.MODEL_NAMES)} or "
+                         f"'student:<label>' (a candidate small model), got {sorted(bad)}")  # fmt: skip
+    cands = {k: checkpoints.pop(k) for k in list(checkpoints) if presets.is_candidate(k)}
+    # the built ones and the candidates are found when used (Preset.model says how to build them)
+    new = {k: v if k in presets.BUILT else locate(v) for k, v in checkpoints.items()}
+    if cands:
+        new["candidates"] = tuple(sorted((dict(p.candidates) | cands).items()))
     return dataclasses.replace(p, **new)
 
 
@@ -84,7 +89,7 @@ class Models:
             else:
                 path = self.preset.model(which)
                 lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy, engine)
-            if which in presets.SMALL_MODELS:
+            if presets.is_small(which):
                 check_pair(lm, self.get("large", engine))
             self._lm[which, engine] = lm
         return self._lm[which, engine]

@@ -1,0 +1,66 @@
+"""notebooks/small_models' figures: the candidates' frontier (agreement against cost per token;
+BiLD's speedup against BLEU) and their reliability diagrams (bildlib.smallmodels)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bildlib.plots import legend, plt
+
+
+def frontier(profile: pd.DataFrame, every: pd.DataFrame, head: pd.DataFrame, title: str = "") -> plt.Figure:
+    """profile: one row per candidate (agreement, ece, params_m, step_ms_<dtype>, large_step_ms_<dtype>);
+    every / head: smallmodels.table. Left: agreement against the step's cost relative to the large
+    model's, in each dtype. Right: BiLD speedup against BLEU, Algorithm 1 over α_FB as a line and
+    lossless BiLD as open markers, per candidate at the paper's limit of 10 small steps."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = dict(zip(profile["label"], plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3, strict=False))
+    for dtype, marker in (("bfloat16", "o"), ("float32", "s")):
+        if f"step_ms_{dtype}" not in profile:
+            continue
+        x = profile[f"step_ms_{dtype}"] / profile[f"large_step_ms_{dtype}"]
+        y = 100 * profile["agreement"]
+        size = 20 + 12 * profile["params_m"]
+        a.scatter(x, y, marker=marker, c=[colors[k] for k in profile["label"]], s=size, alpha=0.8,
+                  label=f"{dtype} (size: parameters)")  # fmt: skip
+        if dtype == "bfloat16":
+            for k, xi, yi, e in zip(profile["label"], x, y, profile["ece"], strict=True):
+                a.annotate(f"{k} (ECE {e:.3f})", (xi, yi), fontsize=7, xytext=(4, 3),
+                           textcoords="offset points")  # fmt: skip
+    a.axvline(1 / 8, color="grey", lw=0.8, ls=":", label="1/8 of the large step")
+    a.set_xlabel("ms per token / the large model's (lean engine, batch 1)")
+    a.set_ylabel("top-1 agreement with the large model (%)")
+    a.set_title("agreement against cost", fontsize=9)
+    legend(a)
+    ten = every[every["max_small_steps"] == 10]
+    for k, g in ten.groupby("candidate", sort=False):
+        alg1 = g[~g["lossless"]].sort_values("fallback")
+        b.plot(alg1["speedup"], alg1["score"], "o-", ms=3, color=colors.get(k), label=k)
+        ll = g[g["lossless"]]
+        b.scatter(ll["speedup"], ll["score"], facecolors="none", edgecolors=colors.get(k), s=40)
+    if not head.empty:
+        v = float(head["large_bleu"].iloc[0])
+        b.axhline(v, color="black", lw=0.8, label=f"vanilla large ({v:.2f})")
+        b.axhline(v - 0.5, color="black", lw=0.8, ls=":", label="0.5 below it")
+    b.axvline(1.0, color="grey", lw=0.6)
+    b.set_xlabel("speedup against vanilla large (same run)")
+    b.set_ylabel("BLEU")
+    b.set_title("BiLD per candidate: Algorithm 1 over α_FB (line), lossless (open)", fontsize=9)
+    legend(b)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def reliability(bins: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Each candidate's reliability diagram: agreement against mean max p_S per bin."""
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":", label="calibrated")
+    for k, g in bins.groupby("label", sort=False):
+        ax.plot(g["confidence"], g["agreement"], "o-", ms=3, label=k)
+    ax.set_xlabel("max p_S (mean in its bin)")
+    ax.set_ylabel("agreement with the large model")
+    ax.set_title(title or "reliability of max p_S", fontsize=9)
+    legend(ax)
+    fig.tight_layout()
+    return fig

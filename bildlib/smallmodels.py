@@ -1,0 +1,154 @@
+"""Which small model makes BiLD fastest (notebooks/small_models.ipynb): the candidates measured by
+what BiLD asks of a small model, not by their own BLEU.
+
+Per candidate:
+- parameters (each shared tensor once) and shape;
+- ms per token: a lean one-token step after a 9-token prefix (as callbench), in float32 and
+  bf16, the candidates and the large model interleaved in blocks, medians;
+- agreement with the large model, teacher-forced on its own greedy outputs, and how well max p_S
+  says so (train.agreement: reliability diagram, ECE) -- what α_FB relies on;
+- from one interleaved sweep of all of them against one vanilla-large baseline: BLEU alone
+  (vanilla), BiLD's lossless speedup (`distance="exact"`) and its best speedup within `tol`
+  of vanilla large (Algorithm 1), with the large calls per sentence that explain it.
+
+Candidates run as model "student:<label>" (presets.CANDIDATE) with their folders as checkpoints.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+import torch
+
+from bildlib import data
+from bildlib import experiments as X
+from bildlib.analysis import summarize, vanilla_large
+from bildlib.callbench import _prefix, _time
+from bildlib.evaluate import greedy_ids
+from bildlib.models import LM, load_model, locate
+from bildlib.presets import CANDIDATE
+from bildlib.train import agreement
+
+# the default candidates (make small-models): the shipped two, the first student, and the
+# students of train.config.CANDIDATES (make models-candidates)
+CANDIDATES = {
+    "small": "data/checkpoints/multi30k-small",
+    "aligned": "data/checkpoints/multi30k-small-aligned",
+    "kd": "data/checkpoints/multi30k-student-kd",
+    **{k: f"data/checkpoints/multi30k-student-{k}" for k in ("top32", "dec2", "w256", "pet")},
+}
+LARGE = "data/checkpoints/multi30k-large"
+
+
+def check(candidates: dict) -> dict:
+    """{label: folder}, every folder found; a missing one names the label and how to build it."""
+    if not isinstance(candidates, dict) or not candidates:
+        raise ValueError(f"candidates must be a non-empty dict {{label: folder}}, got {candidates!r}")
+    out = {}
+    for label, path in candidates.items():
+        try:
+            out[label] = locate(path)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"candidates: {label!r}: {path} does not exist; `make models-candidates` trains the "
+                "students (docs/data-and-models.md, Students)"
+            ) from e
+    return out
+
+
+def shape(model) -> dict:
+    """Parameters (each tied tensor once: model.parameters() yields it once) and the config's shape."""
+    c = model.config
+    pet = {k: getattr(c, k) for k in ("pet_pairs", "pet_encoder_qk", "pet_decoder_q") if getattr(c, k, None)}
+    n = sum(p.numel() for p in model.parameters())
+    return {"params_m": n / 1e6, "d_model": c.d_model, "encoder_layers": c.num_layers,
+            "decoder_layers": c.num_decoder_layers, "pet": str(pet or "")}  # fmt: skip
+
+
+def step_ms(paths: dict, device="cpu", threads: int = 2, dtypes=("float32", "bfloat16"), rounds: int = 20,
+            block: int = 10) -> pd.DataFrame:  # fmt: skip
+    """One row per (label, dtype): the median ms of a lean one-token step on `threads` torch
+    threads; models of one dtype interleaved in blocks of `block` steps, `rounds` times
+    (callbench.bench's method)."""
+    src = data.load("multi30k", "val", 1).sources[0]
+    torch.set_num_threads(threads)  # as the sweep fixes them
+    rows = []
+    for dtype in dtypes:
+        lms = {}
+        for label, path in paths.items():
+            model, tok = load_model(path, device, dtype)
+            lms[label] = LM(model, tok, path, "lean")
+            _prefix(lms[label], tok(src)["input_ids"])
+            _time(lms[label], [7], 9)  # warm-up, untimed
+        times = {label: [] for label in lms}
+        for _ in range(rounds):
+            for label, lm in lms.items():
+                times[label] += [_time(lm, [7], 9) for _ in range(block)]
+        med = {k: 1e3 * statistics.median(t) for k, t in times.items()}
+        rows += [{"label": k, "dtype": dtype, "step_ms": m} for k, m in med.items()]
+    return pd.DataFrame(rows)
+
+
+def agreements(paths: dict, large: str = LARGE, split: str = "val", n: int | None = None,
+               bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """(one row per label: shape, agreement, ECE, mean max p; the reliability diagrams' bins of
+    every label), teacher-forced in float32 on the large model's greedy outputs on split[:n]."""
+    s = data.load("multi30k", split, n)
+    big, tok = load_model(large, dtype="float32")
+    targets = greedy_ids(big, tok, s.sources)
+    rows, bins_ = [], []
+    for label, path in paths.items():
+        small, _ = load_model(path, dtype="float32")
+        pos = agreement.positions(small, tok, s.sources, targets)
+        rows.append({"label": label, **shape(small), **agreement.summary(pos, bins)})
+        bins_.append(agreement.reliability(pos, bins).assign(label=label))
+    return pd.DataFrame(rows), pd.concat(bins_, ignore_index=True)
+
+
+def configs(labels, fallbacks, lossless_fallbacks, rollback: float = 1.0,
+            steps: dict | None = None) -> list[X.Config]:  # fmt: skip
+    """Per label: Algorithm 1 at each α_FB and lossless BiLD at each of lossless_fallbacks, α_RB
+    `rollback`; steps {label: [max_small_steps, ...]}: those labels also at each of these limits
+    (10 is the paper's)."""
+    out = []
+    for label in labels:
+        for n in (steps or {}).get(label, [10]):
+            kw = dict(model=CANDIDATE + label, rollback=float(rollback), max_small_steps=int(n))
+            out += [X.Config("bild", fallback=float(fb), **kw) for fb in fallbacks]
+            out += [X.Config("bild", fallback=float(fb), distance="exact", **kw) for fb in lossless_fallbacks]
+    return out
+
+
+def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every BiLD configuration with its label, α_FB, limit, score, speedup and large calls per
+    sentence; one row per (label, max_small_steps): BLEU alone, its vanilla speedup, the best
+    lossless speedup and the best Algorithm 1 speedup within `tol` of vanilla large, with their
+    95 % intervals, α_FB and large calls per sentence)."""
+    s = summarize(df)
+    calls = df.groupby("label")[["large_calls", "small_calls"]].mean()
+    s["large_calls_per_sentence"] = s["label"].map(calls["large_calls"])
+    s["small_calls_per_sentence"] = s["label"].map(calls["small_calls"])
+    v = float(vanilla_large(s)["score"].mean())
+    s["candidate"] = s["model"].str.removeprefix(CANDIDATE)
+    lim = df.groupby("label")["max_small_steps"].first()
+    s["max_small_steps"] = s["label"].map(lim)
+    bild = s[(s["method"] == "bild") & s["model"].str.startswith(CANDIDATE)].copy()
+    bild["lossless"] = bild["label"].str.contains("-exact")
+    rows = []
+    for (cand, n), g in bild.groupby(["candidate", "max_small_steps"], sort=False):
+        alone = s[(s["method"] == "vanilla") & (s["model"] == CANDIDATE + cand)].iloc[0]
+        row = {"candidate": cand, "max_small_steps": int(n), "bleu_alone": alone["score"],
+               "vanilla_speedup": alone["speedup"], "large_bleu": v}  # fmt: skip
+        for name, pick in (("lossless", g[g["lossless"]]),
+                           ("best", g[~g["lossless"] & (g["score"] >= v - tol - 1e-9)])):  # fmt: skip
+            if pick.empty:
+                continue
+            b = pick.loc[pick["speedup"].idxmax()]
+            got = {"speedup": "speedup", "lo": "speedup_lo", "hi": "speedup_hi", "fb": "fallback",
+                   "bleu": "score", "large_calls": "large_calls_per_sentence"}  # fmt: skip
+            row |= {f"{name}_{k}": b[c] for k, c in got.items()}
+        rows.append(row)
+    cols = ["label", "candidate", "max_small_steps", "fallback", "lossless", "score", "speedup", "speedup_lo",
+            "speedup_hi", "large_calls_per_sentence", "small_calls_per_sentence"]  # fmt: skip
+    return bild[cols].reset_index(drop=True), pd.DataFrame(rows)
