@@ -14,7 +14,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models pet figures-ee models-lm figures-lm cards clean-venv
 
 setup: $(STAMP)
 
@@ -187,6 +187,12 @@ small-models: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/small_models \
 	  notebooks/small_models.ipynb build/notebooks/small_models.ipynb
+
+# PET's ablations (notebooks/pet.ipynb) on all of Multi30k val into figures/pet/ (needs make
+# models-student models-candidates; a few minutes on 2 CPU cores).
+pet: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/pet notebooks/pet.ipynb build/notebooks/pet.ipynb
 
 # fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)

@@ -64,3 +64,27 @@ def reliability(bins: pd.DataFrame, title: str = "") -> plt.Figure:
     legend(ax)
     fig.tight_layout()
     return fig
+
+
+def pet(profile: pd.DataFrame, ablations, title: str = "") -> plt.Figure:
+    """PET's size-BLEU-speed trade-off (its Fig. 5) at this scale: BLEU against parameters (left)
+    and against the bf16 step's cost (right), every run of the profile labelled; `ablations`:
+    the labels of PET's runs (the others are drawn as the models they are compared with)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    axis = {"params_m": "parameters (millions; shared tensors once)",
+            "step_ms_bfloat16": "ms per token, bf16 (lean engine, batch 1)"}  # fmt: skip
+    ours = profile["label"].isin(list(ablations))
+    for ax, (x, name) in zip(axes, axis.items(), strict=True):
+        if x not in profile:
+            continue
+        for mask, marker, what in ((ours, "o", "PET's ablations"), (~ours, "s", "other small models")):
+            r = profile[mask]
+            ax.scatter(r[x], r["bleu"], marker=marker, label=what)
+            for k, xi, yi in zip(r["label"], r[x], r["bleu"], strict=True):
+                ax.annotate(k, (xi, yi), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.set_xlabel(name)
+        ax.set_ylabel("greedy BLEU")
+        legend(ax)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -21,11 +21,11 @@ import statistics
 import pandas as pd
 import torch
 
-from bildlib import data
+from bildlib import data, metrics
 from bildlib import experiments as X
 from bildlib.analysis import summarize, vanilla_large
 from bildlib.callbench import _prefix, _time
-from bildlib.evaluate import greedy_ids
+from bildlib.evaluate import greedy_ids, translate
 from bildlib.models import LM, load_model, locate
 from bildlib.presets import CANDIDATE
 from bildlib.train import agreement
@@ -92,8 +92,9 @@ def step_ms(paths: dict, device="cpu", threads: int = 2, dtypes=("float32", "bfl
 
 def agreements(paths: dict, large: str = LARGE, split: str = "val", n: int | None = None,
                bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """(one row per label: shape, agreement, ECE, mean max p; the reliability diagrams' bins of
-    every label), teacher-forced in float32 on the large model's greedy outputs on split[:n]."""
+    """(one row per label: shape, greedy BLEU, agreement, ECE, mean max p; the reliability
+    diagrams' bins of every label), in float32: BLEU of batched greedy decoding (evaluate), the
+    rest teacher-forced on the large model's greedy outputs on split[:n]."""
     s = data.load("multi30k", split, n)
     big, tok = load_model(large, dtype="float32")
     targets = greedy_ids(big, tok, s.sources)
@@ -101,7 +102,8 @@ def agreements(paths: dict, large: str = LARGE, split: str = "val", n: int | Non
     for label, path in paths.items():
         small, _ = load_model(path, dtype="float32")
         pos = agreement.positions(small, tok, s.sources, targets)
-        rows.append({"label": label, **shape(small), **agreement.summary(pos, bins)})
+        bleu = metrics.bleu(translate(small, tok, s.sources), s.references).value
+        rows.append({"label": label, **shape(small), "bleu": bleu, **agreement.summary(pos, bins)})
         bins_.append(agreement.reliability(pos, bins).assign(label=label))
     return pd.DataFrame(rows), pd.concat(bins_, ignore_index=True)
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers",
-             "fig7", "fig6", "small_models"]  # fmt: skip
+             "fig7", "fig6", "small_models", "pet"]  # fmt: skip
 # small_models runs on the shipped small and aligned models standing in for the students (make
 # models-candidates builds them)
 TRIAL = {
@@ -88,6 +88,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         },  # fmt: skip
         "fig6": STAND_IN | {"fallbacks": [0.6], "rollbacks": [1.0]},  # fig7's rows, cached
         "small_models": TRIAL,
+        "pet": {"runs": {"none": TRIAL["candidates"]["small"], "pairs": TRIAL["candidates"]["aligned"]},
+                "step_rounds": 1},  # fmt: skip
     }
     plan = [(name, tiny | extra[name]) for name in NOTEBOOKS]
     run = "\n".join(["import json, sys", "from bildlib.paper import dryrun",
@@ -168,6 +170,11 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert (h["lossless_bleu"] == h["large_bleu"]).all()  # lossless: vanilla large's outputs
             assert len(pd.read_csv(tmp_path / "fig" / "small_models_all.csv")) == 6
             assert len(pd.read_csv(tmp_path / "fig" / "small_models_reliability.csv")) >= 2
+        elif name == "pet":  # PET's ablation rows, PET's reported BLEU beside ours
+            t = pd.read_csv(tmp_path / "fig" / "pet.csv")
+            assert list(t["label"]) == ["none", "pairs"] and list(t["pet_reported_bleu"]) == [34.24, 34.57]
+            assert t["bleu_vs_none"].iloc[0] == 0
+            assert (t[["step_ms_float32", "step_ms_bfloat16"]] > 0).all().all()
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()

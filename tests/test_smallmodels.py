@@ -64,3 +64,21 @@ def test_the_table_picks_the_fastest_within_the_tolerance(monkeypatch):
     assert (r["lossless_fb"], r["lossless_speedup"]) == (0.6, 1.5)
     assert (r["bleu_alone"], r["large_bleu"]) == (25, 30)
     assert len(every) == 5 and every["lossless"].sum() == 2
+
+
+def test_pets_table_sets_its_reported_figures_beside_ours():
+    from bildlib import petstudy
+
+    prof = pd.DataFrame({"label": ["kd", "full", "none", "pairs"], "params_m": [2.1, 1.2, 2.6, 1.6],
+                         "bleu": [36.0, 33.0, 35.0, 34.5], "agreement": 0.8, "ece": 0.05})  # fmt: skip
+    t = petstudy.table(prof)
+    assert list(t["label"]) == ["none", "pairs", "full"]  # the ablations only, in PET's order
+    assert list(t["bleu_vs_none"]) == [0.0, -0.5, -2.0]
+    assert t["params_vs_none"].iloc[1] == pytest.approx(1.6 / 2.6)
+    assert list(t["pet_reported_bleu"].fillna(0)) == [34.24, 34.57, 0]
+    assert t["pet_reported_vs_none"].iloc[1] == pytest.approx(0.33)
+    assert pd.isna(t["pet_reported_vs_none"].iloc[2])  # PET reports no row of its own there
+    assert petstudy.checks(t) == {"runs": ["none", "pairs", "full"], "sharing_has_fewer_parameters": True,
+                                  "matrix_pairs_remove_more": True}  # fmt: skip
+    with pytest.raises(ValueError, match="the profile has none of PET's ablations"):
+        petstudy.table(prof[prof["label"] == "kd"])
