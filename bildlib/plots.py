@@ -96,7 +96,7 @@ def caption(fig, s: pd.DataFrame, note: str = "", bars: bool = True) -> None:
 def _smalls(ax, s: pd.DataFrame) -> None:
     """Vanilla decoding with each small model of the sweep, as a marker (its normalized latency
     and score)."""
-    for model, marker in (("small", "v"), ("aligned", "^")):
+    for model, marker in (("small", "v"), ("aligned", "^"), ("student", "D")):
         v = s[(s["method"] == "vanilla") & (s["model"] == model)]
         if not v.empty:
             ax.scatter(v["norm_latency"], v["score"], marker=marker, s=40, color="dimgray", zorder=5,
@@ -121,12 +121,14 @@ def _reference_lines(ax, s: pd.DataFrame, metric: str):
 
 
 def fig4(s: pd.DataFrame, title: str = "") -> plt.Figure:
-    """Quality vs normalized latency: the Pareto frontier of unaligned and aligned BiLD over the
-    threshold grid (all grid points faint), vanilla large as ✕, lines at its score and 1 below."""
+    """Quality vs normalized latency: the Pareto frontier of unaligned and aligned BiLD (and of
+    the student's, when the sweep has it) over the threshold grid (all grid points faint),
+    vanilla large as ✕, lines at its score and 1 below."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for model, color, name in (
         ("small", "tab:blue", "BiLD (unaligned)"),
         ("aligned", "tab:red", "BiLD (aligned)"),
+        ("student", "tab:green", "BiLD (student)"),
     ):
         _frontier(ax, s[(s["method"] == "bild") & (s["model"] == model)], color, name)
     _smalls(ax, s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from bildlib.models.load import locate
 
@@ -174,3 +175,21 @@ def get(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
     return PRESETS[name]
+
+
+def bild_models(name: str, student: str = "auto") -> tuple[str, ...]:
+    """The small models of a preset's BiLD figure (fig4, Table 1): small and aligned, and the
+    student as `student` says: "auto" where the preset has one and it is built (make
+    models-student), "yes" (a missing one is then Preset.model's error), "no"."""
+    if student not in ("auto", "yes", "no"):
+        raise ValueError(f"student must be auto, yes or no, got {student!r}")
+    p = get(name)
+    if student == "no" or student == "auto" and not p.student:
+        return ("small", "aligned")
+    if student == "auto":
+        try:
+            if not (Path(p.model("student")) / "config.json").is_file():
+                return ("small", "aligned")
+        except FileNotFoundError:
+            return ("small", "aligned")
+    return ("small", "aligned", "student")

@@ -14,9 +14,9 @@ NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3
              "fig7", "fig6", "small_models", "pet"]  # fmt: skip
 # small_models runs on the shipped small and aligned models standing in for the students (make
 # models-candidates builds them)
+ALIGNED = "data/checkpoints/multi30k-small-aligned"
 TRIAL = {
-    "candidates": {"small": "data/checkpoints/multi30k-small",
-                   "aligned": "data/checkpoints/multi30k-small-aligned"},
+    "candidates": {"small": "data/checkpoints/multi30k-small", "aligned": ALIGNED},
     "winner": "aligned", "fallbacks": [0.5], "lossless_fallbacks": [0.5], "step_rounds": 1,
 }  # fmt: skip
 # fig6 / fig7 run on the shipped large standing in for the early-exit models (make models-ee
@@ -87,6 +87,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             "two_model": False,
         },  # fmt: skip
         "fig6": STAND_IN | {"fallbacks": [0.6], "rollbacks": [1.0]},  # fig7's rows, cached
+        # the aligned model stands in for the student (make models-student builds the real one)
+        "fig4": TINY_GRIDS["fig4"] | {"student": "yes", "checkpoints": {"student": ALIGNED}},
         "small_models": TRIAL,
         "pet": {"runs": {"none": TRIAL["candidates"]["small"], "pairs": TRIAL["candidates"]["aligned"]},
                 "step_rounds": 1},  # fmt: skip
@@ -186,8 +188,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert s[["score", "norm_latency", "latency_s"]].notna().all().all()
             assert (s["latency_s"] > 0).all() and s["score"].between(0, 100).all()
     t = pd.read_csv(tmp_path / "fig" / "table1.csv")
-    models = ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3
-    assert list(t["model"]) == models * 2 and list(t["rule"]) == ["interval"] * 7 + ["point"] * 7
+    models = ["Vanilla (large)"] + ["BiLD (unaligned)"] * 3 + ["BiLD (aligned)"] * 3 + ["BiLD (student)"] * 3
+    assert list(t["model"]) == models * 2 and list(t["rule"]) == ["interval"] * 10 + ["point"] * 10
     assert {"speedup_lo", "speedup_hi", "delta_lo", "dtype", "engine", "n"} <= set(t)
     best = pd.read_csv(tmp_path / "fig" / "fig5_best.csv")  # each ablation's best points, with its intervals
     assert set(best["variant"]) == {"BiLD", "No rollback", "No fallback (window)"} and "speedup_lo" in best
