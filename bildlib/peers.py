@@ -11,30 +11,49 @@ from bildlib import experiments as X
 from bildlib.analysis import summarize, vanilla_large
 
 
-def configs(preset: str, small: str, fallbacks, rollbacks, assisted, verify_below=()) -> list[X.Config]:
+def configs(preset: str, small: str, fallbacks, rollbacks, assisted, verify_below=(),
+            others=()) -> list[X.Config]:  # fmt: skip
     """The peers sweep (besides its vanilla-large baseline on the run's engine): vanilla large
     on HF's forward, `generate`, assisted generation at HF's defaults and at each (drafts,
     threshold) in `assisted`, lossless BiLD at each α_FB, and BiLD over α_FB × α_RB with and
-    without verify_end, and with verify_end_below at each value of `verify_below`."""
+    without verify_end, and with verify_end_below at each value of `verify_below`; the BiLD
+    rows also for each small model in `others` (the student beside the aligned model)."""
     out = [X.Config("vanilla", "large", max_small_steps=None, engine="hf")]
     out += [X.Config("generate", "large"), X.Config("assisted", small)]
     out += [X.Config("assisted", small, window=int(n), threshold=float(c)) for n, c in assisted]
-    out += [X.Config("bild", small, fb, 1.0, distance="exact") for fb in fallbacks]
-    out += X.bild_grid(
-        preset, models=(small,), fallbacks=fallbacks, rollbacks=rollbacks, verify_end=(False, True)
-    )
-    out += [X.Config("bild", small, float(fb), float(rb), verify_end_below=float(v))
-            for v in verify_below for fb in fallbacks for rb in rollbacks]  # fmt: skip
+    for m in (small, *others):
+        out += [X.Config("bild", m, fb, 1.0, distance="exact") for fb in fallbacks]
+        out += X.bild_grid(
+            preset, models=(m,), fallbacks=fallbacks, rollbacks=rollbacks, verify_end=(False, True)
+        )
+        out += [X.Config("bild", m, float(fb), float(rb), verify_end_below=float(v))
+                for v in verify_below for fb in fallbacks for rb in rollbacks]  # fmt: skip
     return out
 
 
-def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _bild_picks(ok: pd.DataFrame, tol: float, of: str = "") -> dict:
+    """The fastest lossless BiLD row and the fastest within tol with each end rule, among `ok`
+    (rows within tol); of: the small model's name in the row names, "" for the run's own."""
+    below = ok["verify_end_below"].notna()
+    exact = ok["label"].str.contains("-exact")
+    fast = lambda rows: rows.nsmallest(1, "latency_s")  # noqa: E731
+    return {
+        f"BiLD lossless (exact){of}": fast(ok[exact]),
+        f"BiLD ≤ {tol:g} BLEU, Algorithm 1 end{of}": fast(ok[~ok["verify_end"] & ~below & ~exact]),
+        f"BiLD ≤ {tol:g} BLEU, verify_end{of}": fast(ok[ok["verify_end"] & ~exact]),
+        f"BiLD ≤ {tol:g} BLEU, verify_end_below{of}": fast(ok[below]),
+    }
+
+
+def table(df: pd.DataFrame, tol: float = 0.5, small: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every configuration, the headline rows). Columns: score, ms per sentence, speedup against
     vanilla large on the same engine and against HF generate, the loop's own cost. Headline rows:
     HF generate; HF assisted at its defaults and at its fastest tuned setting; vanilla large on
     both engines; the fastest lossless BiLD; the fastest BiLD within `tol` of vanilla large's
     score with Algorithm 1's end, with verify_end and with verify_end_below. Speedups carry
-    their 95 % intervals (speedup_lo / _hi), and BiLD rows their model calls per sentence."""
+    their 95 % intervals (speedup_lo / _hi), and BiLD rows their model calls per sentence.
+    small: the small model of the BiLD rows above (None: every BiLD row); each other small model
+    of the sweep's BiLD rows gets the same four BiLD rows, named ", with <model>"."""
     s = summarize(df)  # ran_on: the engine each configuration ran on ("lean" or "hf")
     s = _calls_per_sentence(df, _hf_intervals(df, s))
     run = vanilla_large(s)["ran_on"].iloc[0]  # the run's engine
@@ -55,22 +74,17 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
     tuned = assisted[assisted["window"].notna()]
     bild = s[(s["method"] == "bild") & (s["ran_on"] == run)]
     ok = bild[bild["score"] >= v - tol - 1e-9]
-    below = ok["verify_end_below"].notna()
+    mine = ok if small is None else ok[ok["model"] == small]
     pick = {
         "HF generate (large, greedy)": gen,
         "HF assisted generation, defaults": default,
         "HF assisted generation, fastest tuned": tuned.nsmallest(1, "latency_s"),
         "vanilla large (hf engine)": hf_large,
         f"vanilla large ({run} engine)": vanilla_large(s).iloc[:1],
-        "BiLD lossless (exact)": ok[ok["label"].str.contains("-exact")].nsmallest(1, "latency_s"),
-        f"BiLD ≤ {tol:g} BLEU, Algorithm 1 end": ok[
-            ~ok["verify_end"] & ~below & ~ok["label"].str.contains("-exact")
-        ].nsmallest(1, "latency_s"),
-        f"BiLD ≤ {tol:g} BLEU, verify_end": ok[
-            ok["verify_end"] & ~ok["label"].str.contains("-exact")
-        ].nsmallest(1, "latency_s"),
-        f"BiLD ≤ {tol:g} BLEU, verify_end_below": ok[below].nsmallest(1, "latency_s"),
+        **_bild_picks(mine, tol),
     }
+    for m in [] if small is None else [m for m in bild["model"].unique() if m != small]:
+        pick |= _bild_picks(ok[ok["model"] == m], tol, f", with {m}")
     cols = ["label", "ran_on", "score", "ms", "speedup_same_engine", "speedup_lo", "speedup_hi",
             "speedup_vs_generate", "large_calls_per_sentence", "small_calls_per_sentence", "loop_pct",
             "loop_us_per_token", "fallback_pct", "rollback_pct"]  # fmt: skip
@@ -112,12 +126,14 @@ def _calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
 
 
 def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str, n_examples: int,
-               device: str, dtype: str, engine: str, threads: int, out) -> pd.DataFrame:  # fmt: skip
+               device: str, dtype: str, engine: str, threads: int, out, checkpoints: dict | None = None,
+               ) -> pd.DataFrame:  # fmt: skip
     """CTranslate2 greedy on the large checkpoint against vanilla large and the headline BiLD
     rows of `head` (peers.table) that ran on the run's engine, on the same `n_examples`, each
     engine in its own process, alternated (bildlib.ct2peer). Writes <out>/ct2.csv (one row per
     decoder: score, ms, time relative to CTranslate2 with its 95 % interval, speedup against
-    vanilla large) and ct2_checks.json (the run: machine, versions, n, threads, signature)."""
+    vanilla large) and ct2_checks.json (the run: machine, versions, n, threads, signature).
+    checkpoints: the sweep's replacements of the preset's models (runner.with_checkpoints)."""
     import hashlib
     from pathlib import Path
 
@@ -130,7 +146,9 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
 
     if device != "cpu":
         raise ValueError(f"device: the CTranslate2 peer runs on cpu here, not {device!r}")
-    models = X.Models(presets.get(preset), device, dtype, engine)
+    from bildlib.experiments.runner import with_checkpoints
+
+    models = X.Models(with_checkpoints(presets.get(preset), checkpoints), device, dtype, engine)
     base = X.vanilla("large")
     labels = head[head["label"].str.startswith("bild")]["label"].tolist()
     picks = [base] + [c for c in grid if c.label in labels]

@@ -89,6 +89,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "fig6": STAND_IN | {"fallbacks": [0.6], "rollbacks": [1.0]},  # fig7's rows, cached
         # the aligned model stands in for the student (make models-student builds the real one)
         "fig4": TINY_GRIDS["fig4"] | {"student": "yes", "checkpoints": {"student": ALIGNED}},
+        "peers": TINY_GRIDS["peers"] | {"student": "yes", "checkpoints": {"student": ALIGNED}},
         "small_models": TRIAL,
         "pet": {"runs": {"none": TRIAL["candidates"]["small"], "pairs": TRIAL["candidates"]["aligned"]},
                 "step_rounds": 1},  # fmt: skip
@@ -143,14 +144,16 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             )
         elif name == "peers":  # every headline row; the lossless ones write vanilla large's score
             h = pd.read_csv(tmp_path / "fig" / "peers.csv").set_index("decoder")
-            assert len(h) == 9 and (h["ms"] > 0).all() and (h["speedup_same_engine"] > 0).all()
+            assert len(h) == 13 and (h["ms"] > 0).all() and (h["speedup_same_engine"] > 0).all()
+            assert h["label"]["BiLD lossless (exact), with student"].startswith("bild-student-")
             assert "verify-below" in h["label"][h.index.str.contains("verify_end_below")].iloc[0]
             assert h["ran_on"]["vanilla large (hf engine)"] == "hf"
             v = h["score"]["vanilla large (lean engine)"]
             for lossless in ("HF generate (large, greedy)", "HF assisted generation, defaults",
-                             "vanilla large (hf engine)", "BiLD lossless (exact)"):  # fmt: skip
+                             "vanilla large (hf engine)", "BiLD lossless (exact)",
+                             "BiLD lossless (exact), with student"):  # fmt: skip
                 assert h["score"][lossless] == v
-            assert len(pd.read_csv(tmp_path / "fig" / "peers_all.csv")) == 13  # 7 peers, 4 BiLD, 2 below
+            assert len(pd.read_csv(tmp_path / "fig" / "peers_all.csv")) == 19  # 7 peers; 4 BiLD, 2 below each
         elif name in ("fig6", "fig7"):  # speedups against the full early-exit model's vanilla decoding
             s = pd.read_csv(tmp_path / "fig" / f"{name}.csv").set_index("label")
             assert s["speedup"]["vanilla-ee"] == pytest.approx(1.0, rel=0.2)
