@@ -166,10 +166,12 @@ models-ee: $(STAMP)
 	$(BIN)/python -m bildlib.modelcard_ee
 
 # Small models made for BiLD (docs/data-and-models.md, Students): distilled from the shipped large
-# on its greedy outputs (bildlib.train.distill). Not committed (the tree's 63 MB budget); each run
-# resumes from its last finished epoch.
+# on its greedy outputs (bildlib.train.distill), then its card (bildlib.modelcard_student, into
+# data/checkpoints/cards/). Not committed (the tree's 63 MB budget); each run resumes from its last
+# finished epoch.
 models-student: $(STAMP)
 	$(TRAIN) multi30k-student-kd $(TRAIN_ARGS)
+	$(BIN)/python -m bildlib.modelcard_student
 
 # The candidate students of notebooks/small_models.ipynb, then PET's ablations (notebooks/pet.ipynb),
 # in train.config.CANDIDATES and PET_ABLATIONS: the teacher's top 32 is computed once into

@@ -74,6 +74,15 @@ def test_a_cached_run_computes_the_teacher_once(tmp_path, multi30k_dir, monkeypa
     assert len(list((tmp_path / "cache").glob("top16-*.pt"))) == 1
     T.train(dataclasses.replace(kd, out=str(tmp_path / "again")), progress=False)
     assert len(calls) == 1  # the second student read the cache
+
+    # its card (make models-student writes one for the shipped student): what BiLD asks of it
+    from bildlib import modelcard_student
+
+    m = modelcard_student.measure(kd.out, n=3, rounds=1)
+    text = modelcard_student.card(m)
+    assert m["profile"]["positions"] > 3 and 0 <= m["profile"]["agreement"] <= 1
+    assert f"**{m['val']['bleu']:.2f}**" in text and "teacher top-k 16" in text
+    assert f"{m['step_ms']['student_bfloat16']:.3f} ms bf16" in text
     with pytest.raises(ValueError, match="teacher_topk caches a teacher's outputs: give teacher"):
         T.train(dataclasses.replace(kd, teacher=None), progress=False)
     with pytest.raises(ValueError, match="teacher_topk must be an integer >= 0, got -1"):
