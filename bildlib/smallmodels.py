@@ -147,10 +147,54 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
             if pick.empty:
                 continue
             b = pick.loc[pick["speedup"].idxmax()]
-            got = {"speedup": "speedup", "lo": "speedup_lo", "hi": "speedup_hi", "fb": "fallback",
-                   "bleu": "score", "large_calls": "large_calls_per_sentence"}  # fmt: skip
+            got = {"speedup": "speedup", "speedup_lo": "speedup_lo", "speedup_hi": "speedup_hi",
+                   "fb": "fallback", "bleu": "score", "large_calls": "large_calls_per_sentence"}  # fmt: skip
             row |= {f"{name}_{k}": b[c] for k, c in got.items()}
         rows.append(row)
     cols = ["label", "candidate", "max_small_steps", "fallback", "lossless", "score", "speedup", "speedup_lo",
             "speedup_hi", "large_calls_per_sentence", "small_calls_per_sentence"]  # fmt: skip
     return bild[cols].reset_index(drop=True), pd.DataFrame(rows)
+
+
+GOALS = {"best": 2.0, "lossless": 1.8}  # the students' speed bars (docs/data-and-models.md, Students)
+
+
+def block(root, folder: str = "figures/small_models") -> str:
+    """The study's report block (bildlib.report): one row per candidate and limit, then each bar
+    and the candidate that comes nearest, from the committed CSVs and the run's _checks.json."""
+    from bildlib.report import _ci, _csv, _json, _num, _run, _table, _valid
+
+    t, prof = _csv(root, f"{folder}/small_models.csv"), _csv(root, f"{folder}/small_models_profile.csv")
+    c = _json(root, f"{folder}/small_models_checks.json")
+    _valid(t, ["candidate", "max_small_steps", "bleu_alone", "large_bleu", "lossless_speedup"])
+    _valid(prof, ["label", "params_m", "agreement", "ece", "step_ratio_bfloat16", "step_ratio_float32"])
+    p = prof.set_index("label")
+    rows = []
+    for _, r in t.iterrows():
+        q = p.loc[r["candidate"]]
+        limit = "" if r["max_small_steps"] == 10 else f" ({r['max_small_steps']} steps)"
+        name = f"`{r['candidate']}`{limit}"
+        best = _ci(r, "best_speedup", unit="×")
+        if pd.notna(r.get("best_fb")):
+            best += f" (α_FB {r['best_fb']:g}, {r['best_bleu']:.2f})"
+        calls = _num(r["lossless_large_calls"], ".1f")
+        lossless = _ci(r, "lossless_speedup", unit="×") + f" ({calls} large calls)"
+        step = f"{q['step_ratio_bfloat16']:.3f} / {q['step_ratio_float32']:.3f}"
+        rows.append([name, f"{q['params_m']:.2f} M", step, f"{100 * q['agreement']:.1f} %", f"{q['ece']:.3f}",
+                     f"{r['bleu_alone']:.2f}", lossless, best])  # fmt: skip
+    head = ["candidate", "parameters", "step / large's (bf16 / fp32)", "agreement", "ECE", "BLEU alone",
+            "lossless BiLD", "best within 0.5 BLEU (Algorithm 1)"]  # fmt: skip
+    ten = t[t["max_small_steps"] == 10]
+    bars = []
+    for key, what in (("best", "BiLD within 0.5 BLEU"), ("lossless", "lossless BiLD")):
+        col = f"{key}_speedup"
+        r = ten.loc[ten[col].idxmax()] if col in ten and ten[col].notna().any() else None
+        got = "no candidate within its BLEU" if r is None else f"{r[col]:.2f}× (`{r['candidate']}`)"
+        met = r is not None and r[col] >= GOALS[key]
+        bars.append(f"{what} ≥ {GOALS[key]:.1f}×: {got}, {'reached' if met else 'missed'}")
+    cheap = p.loc[[k for k in ten["candidate"] if k in p.index], "step_ratio_bfloat16"]
+    ratios = ", ".join(f"`{k}` {v:.3f}" for k, v in cheap.items())
+    bars.append(f"step ≤ 1/8 of the large model's (bf16): {ratios}")
+    large = t["large_bleu"].iloc[0]
+    run = f"*{_run(c)}; vanilla large {large:.2f} BLEU; the profile in float32, same sentences.*"
+    return run + "\n\n" + _table(head, rows) + "\n\n" + "\n".join(f"- {b}" for b in bars) + "\n"

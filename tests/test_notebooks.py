@@ -179,6 +179,10 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert (h["lossless_bleu"] == h["large_bleu"]).all()  # lossless: vanilla large's outputs
             assert len(pd.read_csv(tmp_path / "fig" / "small_models_all.csv")) == 6
             assert len(pd.read_csv(tmp_path / "fig" / "small_models_reliability.csv")) >= 2
+            from bildlib import smallmodels  # its report block, as make report renders it
+
+            text = smallmodels.block(tmp_path, "fig")
+            assert "| `aligned` (16 steps) | 2.07 M |" in text and "lossless BiLD ≥ 1.8×: " in text
         elif name == "pet":  # PET's ablation rows, PET's reported BLEU beside ours
             t = pd.read_csv(tmp_path / "fig" / "pet.csv")
             assert list(t["label"]) == ["none", "pairs"] and list(t["pet_reported_bleu"]) == [34.24, 34.57]
