@@ -14,7 +14,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models pet figures-ee models-lm figures-lm cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
 
 setup: $(STAMP)
 
@@ -211,6 +211,7 @@ figures-ee: $(STAMP)
 models-lm: $(STAMP)
 	$(TRAIN) multi30k-lm-large $(TRAIN_ARGS)
 	$(TRAIN) multi30k-lm-small $(TRAIN_ARGS)
+	$(TRAIN) multi30k-lm-student $(TRAIN_ARGS)
 	$(BIN)/python -m bildlib.modelcard_lm
 
 # Table 2 (perplexity under fallback-only BiLD) and the decoder-only frontier into figures/
@@ -218,6 +219,12 @@ models-lm: $(STAMP)
 figures-lm: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) notebooks/table2_lm.ipynb build/notebooks/table2_lm.ipynb
+
+# The same with the decoder-only student as the small model, into figures/lm-student/ (needs make models-lm)
+figures-lm-student: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p out_dir figures/lm-student -y '{checkpoints: {small: data/checkpoints/multi30k-lm-student}}' \
+	  notebooks/table2_lm.ipynb build/notebooks/table2_lm-student.ipynb
 
 cards: $(STAMP)
 	$(BIN)/python -m bildlib.modelcard

@@ -2,12 +2,13 @@
 
     python -m bildlib.modelcard_lm        # a few minutes on 2 CPU cores
 
-For multi30k-lm-small and multi30k-lm-large: the size, the training run (train_log.json), the
-perplexity of all of Multi30k val as "de: <German> en: <English>" texts (bildlib.perplexity,
-windows of 128 tokens every 64), greedy BLEU of translating all of val from the prompt
-"de: <German> en:" (sacrebleu), and the decode time per token (batch 1, lean engine, 2 CPU
-threads), all in float32 like the T5 pair's cards. The cards go beside the weights and, since
-the weights are not committed, to data/checkpoints/cards/<name>.md.
+For multi30k-lm-small, multi30k-lm-large and the student multi30k-lm-student: the size, the
+training run (train_log.json), the perplexity of all of Multi30k val as "de: <German> en:
+<English>" texts (bildlib.perplexity, windows of 128 tokens every 64), greedy BLEU of
+translating all of val from the prompt "de: <German> en:" (sacrebleu), and the decode time per
+token (batch 1, lean engine, 2 CPU threads), all in float32 like the T5 pair's cards. The cards
+go beside the weights and, since the weights are not committed, to
+data/checkpoints/cards/<name>.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from bildlib.modelcard_ee import greedy, write_card
 from bildlib.models import LM, load_model
 from bildlib.train.causal import STRIDE, WINDOW
 
-NAMES = ("multi30k-lm-small", "multi30k-lm-large")
+NAMES = ("multi30k-lm-small", "multi30k-lm-large", "multi30k-lm-student")  # student: train.causal.kd_loss
 PRESET = "multi30k-lm"
 
 
@@ -50,6 +51,14 @@ def measure(name: str, n: int | None = None, threads: int = 2, folder=CHECKPOINT
             "machine": machine(), "threads": threads, "train": train}  # fmt: skip
 
 
+def _distilled(c: dict) -> str:
+    """The card's line on distillation, for the student (train.causal.kd_loss)."""
+    if not c.get("teacher"):
+        return ""
+    return (f"\nDistilled from `{c['teacher']}` on the same texts: (1 - λ) CE + λ T² KL, "
+            f"λ {c['kd_lambda']}, T {c['kd_temperature']}, the teacher in the loop.")
+
+
 def card(m: dict, other: dict) -> str:
     t, c, z = m["train"], m["train"]["config"], m["size"]
     mach = t["machine"]
@@ -65,7 +74,7 @@ post-processor. Built, not shipped: `make models-lm` (docs/language-modelling.md
 Training: `{t["command"]}`, {t["epochs"]} epochs over the {t["n_train"]:,} training pairs
 packed into {t["n_chunks"]:,} chunks of 128 tokens, {c["batch_size"]} chunks per step, {c["optimizer"]}
 lr {c["lr"]}, bf16 autocast, {t["wall_s"] / 60:.1f} min on {mach["processor"]}, {mach["threads"]}
-threads, {mach["cuda"] or "no GPU"}; best epoch {t["best"]["epoch"]} (val perplexity {t["best"]["val_ppl"]}).
+threads, {mach["cuda"] or "no GPU"}; best epoch {t["best"]["epoch"]} (val perplexity {t["best"]["val_ppl"]}).{_distilled(c)}
 
 Measured by `python -m bildlib.modelcard_lm` in float32 on all of Multi30k val ({m["n_val"]} sentences),
 {m["threads"]} CPU threads:
@@ -84,8 +93,8 @@ sacrebleu: `{g["signature"]}`
 
 def main() -> None:
     ms = {name: measure(name) for name in NAMES}
-    for name, m in ms.items():
-        write_card(name, card(m, ms[NAMES[1 - NAMES.index(name)]]), m)
+    for name, m in ms.items():  # each small model beside the large, the large beside the small
+        write_card(name, card(m, ms[NAMES[0] if name == NAMES[1] else NAMES[1]]), m)
 
 
 if __name__ == "__main__":

@@ -71,15 +71,15 @@ class Preset:
                     f"{name} does not exist: the early-exit models are built, not "
                     "shipped; `make models-ee` trains them (docs/early-exit.md)"
                 ) from e
+            if name in LM_BUILT:
+                raise FileNotFoundError(
+                    f"{name} does not exist: the decoder-only pair and its student are built, not "
+                    "shipped; `make models-lm` trains them (docs/language-modelling.md)"
+                ) from e
             if which == "student":
                 raise FileNotFoundError(
                     f"{name} does not exist: the student is built, not shipped; `make models-student` "
                     "trains it (docs/data-and-models.md, Students)"
-                ) from e
-            if name in LM_BUILT:
-                raise FileNotFoundError(
-                    f"{name} does not exist: the decoder-only pair is built, not shipped; "
-                    "`make models-lm` trains it (docs/language-modelling.md)"
                 ) from e
             raise
 
@@ -102,7 +102,8 @@ def is_candidate(which) -> bool:
 def is_small(which) -> bool:
     """Whether `which` is one of BiLD's small models: small, aligned, student or a candidate."""
     return which in SMALL_MODELS or is_candidate(which)
-LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large")  # make models-lm
+LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large",
+            "data/checkpoints/multi30k-lm-student")  # make models-lm
 DECODER_ONLY = ("multi30k-lm", "wikitext2-gpt2")  # the presets of notebooks/table2_lm
 
 
@@ -167,7 +168,7 @@ PRESETS = {
 # small model, no early exit.
 PRESETS["multi30k-lm"] = dataclasses.replace(
     PRESETS["multi30k"], name="multi30k-lm", small=LM_BUILT[0], aligned=None, large=LM_BUILT[1],
-    prefix="de: ", suffix=" en:", ee=None, calm=None, student=None,
+    prefix="de: ", suffix=" en:", ee=None, calm=None, student=LM_BUILT[2],
 )  # fmt: skip
 
 

@@ -44,10 +44,14 @@ def texts(preset: str, split: str, n: int | None = None) -> list[str]:
 
 def scores(
     preset: str, split: str = "val", n: int | None = None, window: int = 128, stride: int = 64,
-    device: str = "cpu", dtype: str = "default",
+    device: str = "cpu", dtype: str = "default", checkpoints: dict | None = None,
 ) -> tuple[perplexity.Scores, perplexity.Scores]:  # fmt: skip
-    """Teacher-forced scores of the small and the large model of `preset` over texts(...)."""
-    p = presets.get(preset)
+    """Teacher-forced scores of the small and the large model of `preset` over texts(...);
+    checkpoints: replacements of the preset's models, as a sweep takes them (e.g. the student as
+    the small model)."""
+    from bildlib.experiments.runner import with_checkpoints
+
+    p = with_checkpoints(presets.get(preset), checkpoints)
     t = texts(preset, split, n)
     out = []
     for which in ("small", "large"):

@@ -79,8 +79,12 @@ def test_bad_distillation_settings_name_the_parameter(tmp_path, field, value, ma
 
 
 def test_distillation_refuses_what_it_does_not_do(tmp_path, multi30k_dir):
-    with pytest.raises(ValueError, match="teacher: distillation trains a T5 model without exits"):
+    with pytest.raises(ValueError, match="teacher: distillation trains a model without exits"):
         tiny(tmp_path, teacher="data/checkpoints/multi30k-large", exits="ee").validate()
+    lm = dict(arch="gpt2", model={"n_layer": 1}, teacher="data/checkpoints/multi30k-lm-large")
+    for bad in ({"teacher_topk": 8}, {"pet_warmup_epochs": 1}):
+        with pytest.raises(ValueError, match="arch 'gpt2' distils from its teacher in the loop"):
+            tiny(tmp_path, **lm, **bad).validate()
     with pytest.raises(FileNotFoundError, match="teacher: cannot load model .*nope"):
         T.train(tiny(tmp_path, teacher=str(tmp_path / "nope")), progress=False)
     s = torch.zeros(1, 2, 5)

@@ -144,3 +144,20 @@ def test_trained_pair_equivalences(multi30k_dir):
     hi = perplexity.policy(a, b, 1.0)
     if hi.p_one == 0:  # else those tokens stay the small model's, as decoding.bild keeps them
         assert hi.perplexity == pytest.approx(b.perplexity)
+
+
+def test_a_decoder_only_student_distils_from_its_teacher(tiny_lm, tmp_path):
+    """causal.kd_loss: λ 0 is the LM loss; the teacher itself as the student leaves (1 - λ) CE
+    (KL 0); and a run with a teacher trains through it (make models-lm's student)."""
+    cfg, _ = tiny_lm
+    model, tok = load_model(cfg.out, dtype="float32")
+    pairs = T.data.load_multi30k("val").head(4).pairs
+    texts = causal.encode(causal.lm_tokenizer(tok), pairs, cfg.prefix, cfg.suffix)
+    b = causal.collate(texts, [0, 1, 2, 3], tok.pad_token_id, "cpu")
+    with torch.no_grad():
+        ce = causal.loss(model, b).item()
+        assert causal.kd_loss(model, model, b, 0.0).item() == pytest.approx(ce, rel=1e-6)
+        assert causal.kd_loss(model, model, b, 0.5).item() == pytest.approx(0.5 * ce, rel=1e-5)
+    kd = dataclasses.replace(cfg, out=str(tmp_path / "kd"), epochs=1, teacher=cfg.out, kd_lambda=0.5, seed=3)
+    log = T.train(kd, progress=False)
+    assert log["config"]["teacher"] == cfg.out and math.isfinite(log["epochs"][0]["val_ppl"])

@@ -75,6 +75,19 @@ def loss(model, b: dict, label_smoothing: float = 0.0) -> torch.Tensor:
     )
 
 
+def kd_loss(model, teacher, b: dict, lam: float, temperature: float = 1.0,
+            label_smoothing: float = 0.0) -> torch.Tensor:  # fmt: skip
+    """Word-level KD on the same chunks (train.distill): (1 - λ) CE + λ T² KL(teacher ‖ student)
+    at every next-token position of the batch's real tokens."""
+    from bildlib.train import distill
+
+    with torch.no_grad():
+        t = teacher(**b).logits[:, :-1]  # (B, T-1, V)
+    s = model(**b).logits[:, :-1]
+    y = b["input_ids"][:, 1:].masked_fill(b["attention_mask"][:, 1:] == 0, -100)
+    return distill.kd_loss(s, t, y, lam, temperature, label_smoothing)
+
+
 def val_perplexity(model, tok, pairs: list[tuple[str, str]], prefix: str, suffix: str) -> float:
     """Perplexity of the val texts as one stream (bildlib.perplexity, WINDOW / STRIDE)."""
     ids = perplexity.stream(tok, [text(prefix, suffix, s, t) for s, t in pairs])

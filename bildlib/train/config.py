@@ -78,8 +78,10 @@ class TrainConfig:
             raise ValueError("teacher_topk caches a teacher's outputs: give teacher")
         if self.pet_warmup_epochs and not self.teacher:
             raise ValueError("pet_warmup_epochs: the warm-up task is labelled by a teacher; give teacher")
-        if self.teacher and (self.arch != "t5" or self.exits):
-            raise ValueError("teacher: distillation trains a T5 model without exits (arch 't5', exits '')")
+        if self.teacher and self.exits:
+            raise ValueError("teacher: distillation trains a model without exits (exits '')")
+        if self.arch == "gpt2" and (self.teacher_topk or self.pet_warmup_epochs):
+            raise ValueError("arch 'gpt2' distils from its teacher in the loop: no teacher_topk or warm-up")
         if self.exits not in EXIT_LOSSES:
             raise ValueError(f"exits must be one of {EXIT_LOSSES}, got {self.exits!r}")
         if self.arch == "t5" and self.model.get("num_decoder_layers", 0) > self.model.get("num_layers", 6):
@@ -107,6 +109,7 @@ _EXITS["lr"] = 1e-2  # a fine-tune: the continued-aligned preset's step size
 # tree's 60 MB budget): `make models-lm` trains them.
 LM_SMALL = dict(n_embd=128, n_layer=2, n_head=4, n_inner=512)
 LM_LARGE = dict(n_embd=384, n_layer=8, n_head=6, n_inner=1024)
+LM_TEACHER = "data/checkpoints/multi30k-lm-large"
 _LM = dict(arch="gpt2", prefix="de: ", suffix=" en:", n_val=1014, batch_size=32, lr=1e-3, warmup_steps=200,
            label_smoothing=0.0, save_dtype="bfloat16")  # fmt: skip
 # The candidate students of notebooks/small_models.ipynb and PET's ablations (notebooks/pet.ipynb),
@@ -176,6 +179,12 @@ PRESETS = {
     "multi30k-lm-small": TrainConfig(
         out="data/checkpoints/multi30k-lm-small", model=LM_SMALL, epochs=4, **_LM
     ),
+    # the decoder-only pair's student (docs/language-modelling.md): the small shape distilled from the
+    # large LM on the same packed texts, word-level KD with the teacher in the loop, twice as long
+    "multi30k-lm-student": TrainConfig(
+        out="data/checkpoints/multi30k-lm-student", model=LM_SMALL, epochs=8, teacher=LM_TEACHER,
+        kd_lambda=0.5, kd_temperature=1.0, **_LM,
+    ),  # fmt: skip
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
 from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 
 from bildlib import data, metrics
@@ -104,10 +104,12 @@ def build_model(cfg: TrainConfig, tok):
     return model
 
 
-def load_teacher(name: str, tok, device) -> torch.nn.Module:
-    """The frozen teacher of a distillation run, in float32 (autocast runs its products in bf16)."""
+def load_teacher(name: str, tok, device, causal_lm: bool = False) -> torch.nn.Module:
+    """The frozen teacher of a distillation run, in float32 (autocast runs its products in bf16);
+    causal_lm: a decoder-only teacher (arch "gpt2")."""
+    auto = AutoModelForCausalLM if causal_lm else AutoModelForSeq2SeqLM
     try:
-        teacher = AutoModelForSeq2SeqLM.from_pretrained(locate(name), dtype=torch.float32)
+        teacher = auto.from_pretrained(locate(name), dtype=torch.float32)
     except (OSError, ValueError) as e:
         raise FileNotFoundError(f"teacher: cannot load model {name!r}: {e}") from e
     check_vocab(tok, teacher.config, f"teacher {name}")
@@ -155,7 +157,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
     else:
         src, tgt = encode(tok, pairs, cfg.prefix)
     model = build_model(cfg, tok).to(device)
-    teacher = load_teacher(cfg.teacher, tok, device) if cfg.teacher else None
+    teacher = load_teacher(cfg.teacher, tok, device, lm) if cfg.teacher else None
     soft = None  # the teacher's cached top k (train.topk), read instead of running the teacher
     if teacher is not None and cfg.teacher_topk:
         soft = topk.load_or_compute(str(locate(cfg.teacher)), teacher, src, tgt, cfg.teacher_topk, cfg.bf16,
@@ -214,10 +216,11 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         )
         for idx in bar:
             with torch.autocast(**autocast):  # the cross-entropies are taken in fp32
-                if lm:
-                    loss = causal.loss(
-                        model, causal.collate(src, idx, tok.pad_token_id, device), cfg.label_smoothing
-                    )
+                if lm:  # teacher: word-level KD on the same chunks (train.causal.kd_loss)
+                    b = causal.collate(src, idx, tok.pad_token_id, device)
+                    kd = (cfg.kd_lambda, cfg.kd_temperature, cfg.label_smoothing)
+                    loss = (causal.loss(model, b, cfg.label_smoothing) if teacher is None
+                            else causal.kd_loss(model, teacher, b, *kd))  # fmt: skip
                 elif teacher is not None or soft is not None:  # (1 - λ) CE + λ T² KL (train.distill)
                     batch = collate(src, tgt, idx, device)
                     if soft is not None:
