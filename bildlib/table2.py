@@ -132,11 +132,13 @@ def block(root) -> str:
 
 
 def pair_block(root) -> str:
-    """docs/language-modelling.md's table of the decoder-only pair, from its committed cards."""
+    """docs/language-modelling.md's table of the decoder-only pair (and of its student, once its
+    card is committed), from their committed cards."""
     from bildlib import report as R
 
     rows = []
-    for name in ("multi30k-lm-small", "multi30k-lm-large"):
+    student = (root / "data/checkpoints/cards/multi30k-lm-student.json").is_file()
+    for name in ("multi30k-lm-small", "multi30k-lm-large") + (("multi30k-lm-student",) if student else ()):
         m = R._json(root, f"data/checkpoints/cards/{name}.json")
         z, tr = m["size"], m["train"]
         g = m["greedy"]
