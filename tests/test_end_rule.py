@@ -165,3 +165,14 @@ def test_bench_targets_pick_rows_by_rule_and_quality():
     assert rules == {"exact", "Algorithm 1", "verify_end", "verify_end_below 0.9"}
     c = bench.dtype_choice(every, every.assign(score=every["score"] + 0.2), 50.0, 60.0)
     assert c["delta"] == pytest.approx(-0.2) and not c["auto_is_default"]  # 0.2 BLEU down: stays fp32
+    assert "student_speedup" not in t  # no student in the run: no student bars
+    # the student's rows in the same run: its own bars, the aligned model's untouched
+    with_student = pd.concat([every, pd.DataFrame([
+        row("bild-student-fb0.5-rb1.0", "bild", 37.8, 55, model="student"),  # 1.82x
+        row("bild-student-fb0.3-rb1.0", "bild", 36.9, 30, model="student"),  # 1.1 BLEU down
+        row("bild-student-fb0.4-rb1.0-exact", "bild", 38.0, 52, model="student"),
+    ])], ignore_index=True)  # fmt: skip
+    s = bench.targets(with_student)
+    assert s["speedup"] == t["speedup"] and s["lossless_vs_assisted"] == t["lossless_vs_assisted"]
+    assert s["student_speedup"]["row"] == "bild-student-fb0.5-rb1.0" and not s["student_speedup"]["met"]
+    assert s["student_lossless"]["value"] == pytest.approx(100 / 52) and s["student_lossless"]["met"]
