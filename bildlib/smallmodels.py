@@ -108,14 +108,12 @@ def agreements(paths: dict, large: str = LARGE, split: str = "val", n: int | Non
     return pd.DataFrame(rows), pd.concat(bins_, ignore_index=True)
 
 
-def configs(labels, fallbacks, lossless_fallbacks, rollback: float = 1.0,
-            steps: dict | None = None) -> list[X.Config]:  # fmt: skip
-    """Per label: Algorithm 1 at each α_FB and lossless BiLD at each of lossless_fallbacks, α_RB
-    `rollback`; steps {label: [max_small_steps, ...]}: those labels also at each of these limits
-    (10 is the paper's)."""
+def configs(labels, fallbacks, lossless_fallbacks, rollback: float = 1.0, limits=(10,)) -> list[X.Config]:
+    """Per label and limit of small steps in a row (10 is the paper's): Algorithm 1 at each α_FB
+    and lossless BiLD at each of lossless_fallbacks, α_RB `rollback`."""
     out = []
     for label in labels:
-        for n in (steps or {}).get(label, [10]):
+        for n in limits:
             kw = dict(model=CANDIDATE + label, rollback=float(rollback), max_small_steps=int(n))
             out += [X.Config("bild", fallback=float(fb), **kw) for fb in fallbacks]
             out += [X.Config("bild", fallback=float(fb), distance="exact", **kw) for fb in lossless_fallbacks]
@@ -156,6 +154,15 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
     return bild[cols].reset_index(drop=True), pd.DataFrame(rows)
 
 
+def winner(head: pd.DataFrame) -> str:
+    """The candidate with the best speedup within the tolerance at 10 small steps (table's head);
+    the best lossless one where none stays within it."""
+    ten = head[head["max_small_steps"] == 10]
+    within = "best_speedup" in ten and ten["best_speedup"].notna().any()
+    col = "best_speedup" if within else "lossless_speedup"
+    return str(ten.loc[ten[col].idxmax(), "candidate"])
+
+
 GOALS = {"best": 2.0, "lossless": 1.8}  # the students' speed bars (docs/data-and-models.md, Students)
 
 
@@ -182,11 +189,12 @@ def block(root, folder: str = "figures/small_models") -> str:
         step = f"{q['step_ratio_bfloat16']:.3f} / {q['step_ratio_float32']:.3f}"
         rows.append([name, f"{q['params_m']:.2f} M", step, f"{100 * q['agreement']:.1f} %", f"{q['ece']:.3f}",
                      f"{r['bleu_alone']:.2f}", lossless, best])  # fmt: skip
+    tol = f"{c['tolerance']:g}"
     head = ["candidate", "parameters", "step / large's (bf16 / fp32)", "agreement", "ECE", "BLEU alone",
-            "lossless BiLD", "best within 0.5 BLEU (Algorithm 1)"]  # fmt: skip
+            "lossless BiLD", f"best within {tol} BLEU (Algorithm 1)"]  # fmt: skip
     ten = t[t["max_small_steps"] == 10]
     bars = []
-    for key, what in (("best", "BiLD within 0.5 BLEU"), ("lossless", "lossless BiLD")):
+    for key, what in (("best", f"BiLD within {tol} BLEU"), ("lossless", "lossless BiLD")):
         col = f"{key}_speedup"
         r = ten.loc[ten[col].idxmax()] if col in ten and ten[col].notna().any() else None
         got = "no candidate within its BLEU" if r is None else f"{r[col]:.2f}× (`{r['candidate']}`)"
@@ -197,4 +205,16 @@ def block(root, folder: str = "figures/small_models") -> str:
     bars.append(f"step ≤ 1/8 of the large model's (bf16): {ratios}")
     large = t["large_bleu"].iloc[0]
     run = f"*{_run(c)}; vanilla large {large:.2f} BLEU; the profile in float32, same sentences.*"
-    return run + "\n\n" + _table(head, rows) + "\n\n" + "\n".join(f"- {b}" for b in bars) + "\n"
+    out = run + "\n\n" + _table(head, rows) + "\n\n" + "\n".join(f"- {b}" for b in bars) + "\n"
+    lim = _csv(root, f"{folder}/small_models_limits.csv")
+    lc = _json(root, f"{folder}/small_models_limits_checks.json")
+    _valid(lim, ["candidate", "max_small_steps", "lossless_speedup"])
+    rows = []
+    for _, r in lim.iterrows():
+        fb = f" (α_FB {r['best_fb']:g})" if pd.notna(r.get("best_fb")) else ""
+        rows.append([str(r["max_small_steps"]), _ci(r, "lossless_speedup", unit="×"),
+                     _ci(r, "best_speedup", unit="×") + fb])  # fmt: skip
+    why = "given" if lc["chosen"] == "given" else f"the fastest within {tol} BLEU above"
+    out += (f"\nThe winner, `{lc['winner']}` ({why}), at each limit of small steps in a row, in an "
+            f"interleaved run of its own (*{_run(lc)}*):\n\n")  # fmt: skip
+    return out + _table(["small steps in a row", "lossless BiLD", f"best within {tol} BLEU"], rows) + "\n"

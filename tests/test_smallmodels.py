@@ -32,15 +32,16 @@ def test_candidates_are_small_models_named_at_run_time():
 
 
 def test_the_study_configurations():
-    grid = S.configs(["a", "b"], [0.4, 0.6], [0.5], steps={"b": [10, 16]})
-    labels = [c.label for c in grid]
+    labels = [c.label for c in S.configs(["a", "b"], [0.4, 0.6], [0.5])]
     assert labels == [
         "bild-student:a-fb0.4-rb1.0", "bild-student:a-fb0.6-rb1.0", "bild-student:a-fb0.5-rb1.0-exact",
         "bild-student:b-fb0.4-rb1.0", "bild-student:b-fb0.6-rb1.0", "bild-student:b-fb0.5-rb1.0-exact",
-        "bild-student:b-fb0.4-rb1.0-max16", "bild-student:b-fb0.6-rb1.0-max16",
-        "bild-student:b-fb0.5-rb1.0-max16-exact",
     ]  # fmt: skip
-    assert len(set(labels)) == len(labels) and {c.max_small_steps for c in grid} == {10, 16}
+    grid = S.configs(["b"], [0.4], [0.5], limits=(10, 16))
+    assert [c.label for c in grid] == [
+        "bild-student:b-fb0.4-rb1.0", "bild-student:b-fb0.5-rb1.0-exact",
+        "bild-student:b-fb0.4-rb1.0-max16", "bild-student:b-fb0.5-rb1.0-max16-exact",
+    ]  # fmt: skip
 
 
 def test_the_table_picks_the_fastest_within_the_tolerance(monkeypatch):
@@ -64,6 +65,11 @@ def test_the_table_picks_the_fastest_within_the_tolerance(monkeypatch):
     assert (r["lossless_fb"], r["lossless_speedup"]) == (0.6, 1.5)
     assert (r["bleu_alone"], r["large_bleu"]) == (25, 30)
     assert len(every) == 5 and every["lossless"].sum() == 2
+    assert S.winner(head) == "a"
+    two = pd.DataFrame({"candidate": ["a", "b", "b"], "max_small_steps": [10, 10, 16],
+                        "best_speedup": [1.9, 1.8, 2.5], "lossless_speedup": [1.2, 1.6, 1.7]})  # fmt: skip
+    assert S.winner(two) == "a"  # at the paper's limit of 10
+    assert S.winner(two.assign(best_speedup=float("nan"))) == "b"  # none within: the best lossless
 
 
 def test_pets_table_sets_its_reported_figures_beside_ours():
