@@ -62,3 +62,20 @@ def checks(t: pd.DataFrame) -> dict:
         more = [k for k in ("pairs-encqk", "pairs-decq", "full", "full-warmup") if k in p]
         out["matrix_pairs_remove_more"] = bool((p[more] < p["pairs"]).all()) if more else None
     return out
+
+
+def block(root, folder: str = "figures/pet") -> str:
+    """PET's ablation table for the report (bildlib.report), from the committed pet.csv and its
+    _checks.json: ours beside PET's reported BLEU."""
+    from bildlib.report import _csv, _json, _num, _table, _valid
+
+    t, c = _csv(root, f"{folder}/pet.csv"), _json(root, f"{folder}/pet_checks.json")
+    _valid(t, ["label", "shares", "params_m", "bleu", "agreement", "ece"])
+    rows = [[f"`{r['label']}`", r["shares"], f"{r['params_m']:.2f} M", f"{r['bleu']:.2f}",
+             _num(r["bleu_vs_none"], "+.2f"), _num(r["pet_reported_bleu"]),
+             _num(r["pet_reported_vs_none"], "+.2f"), f"{100 * r['agreement']:.1f} %", f"{r['ece']:.3f}",
+             _num(r.get("step_ms_bfloat16"), ".3f")] for _, r in t.iterrows()]  # fmt: skip
+    head = ["run", "shares", "parameters", "BLEU", "Δ vs none", "PET's BLEU", "PET's Δ", "agreement", "ECE",
+            "ms / step (bf16)"]  # fmt: skip
+    checks = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in c.items() if k != "runs")
+    return _table(head, rows) + f"\n\nChecks: {checks}.\n"

@@ -193,6 +193,9 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             t = pd.read_csv(tmp_path / "fig" / "pet.csv")
             assert list(t["label"]) == ["none", "pairs"] and list(t["pet_reported_bleu"]) == [34.24, 34.57]
             assert t["bleu_vs_none"].iloc[0] == 0
+            from bildlib import petstudy  # its report block, as make report renders it
+
+            assert "| `pairs` | layer pairs (L1, L3), (L2, L4) | 2.07 M |" in petstudy.block(tmp_path, "fig")
             assert (t[["step_ms_float32", "step_ms_bfloat16"]] > 0).all().all()
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
