@@ -210,12 +210,12 @@ def test_bad_early_exit_input_is_a_clear_error(ckpt, hf):
         D.calm(LM(hf, tiny_tokenizer(), "full", engine="hf"), src)
 
 
-def test_tracked_files_stay_under_60_mb():
-    """The device machine refuses a working tree over 64 MiB; the early-exit models are therefore
-    built by `make models-ee`, not committed."""
+def test_tracked_files_stay_under_63_mb():
+    """The device machine refuses a working tree over 64 MiB, so the tree keeps under 63 MB; the
+    early-exit models and the students are therefore built by make targets, not committed."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     total = sum((REPO / f).stat().st_size for f in files.decode().split("\0") if f and (REPO / f).exists())
-    assert total < 60_000_000, f"tracked files total {total / 1e6:.1f} MB"
+    assert total < 63_000_000, f"tracked files total {total / 1e6:.1f} MB"
 
 
 def test_early_exit_configurations_and_their_errors():

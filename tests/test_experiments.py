@@ -348,9 +348,10 @@ def test_a_configuration_equal_to_a_baseline_runs_once(env):
     assert list(counts) == [3] * len(counts) and len(counts) == 3  # vanilla large, vanilla small, BiLD
     assert X.Config("vanilla", "small").canonical() == X.vanilla("small").canonical()
     assert X.bild("small", 0.5, 1.0).canonical() != X.bild("small", 0.5, 2.0).canonical()
-    with pytest.raises(ValueError, match="share the label"):  # the label hides max_small_steps
-        c = X.bild("small", 0.5, 1.0)
-        twin = dataclasses.replace(c, max_small_steps=5)
+    c = X.bild("small", 0.5, 1.0)
+    assert dataclasses.replace(c, max_small_steps=5).label == "bild-small-fb0.5-rb1.0-max5"  # not 10: named
+    twin = dataclasses.replace(c, max_small_steps=None)  # the label names no limit for 10 nor for None
+    with pytest.raises(ValueError, match="share the label"):
         X.sweep(PRESET, [c, twin], n_examples=2, results=env, progress=False)
 
 
