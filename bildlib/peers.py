@@ -55,7 +55,7 @@ def table(df: pd.DataFrame, tol: float = 0.5, small: str | None = None) -> tuple
     small: the small model of the BiLD rows above (None: every BiLD row); each other small model
     of the sweep's BiLD rows gets the same four BiLD rows, named ", with <model>"."""
     s = summarize(df)  # ran_on: the engine each configuration ran on ("lean" or "hf")
-    s = _calls_per_sentence(df, _hf_intervals(df, s))
+    s = calls_per_sentence(df, _hf_intervals(df, s))
     run = vanilla_large(s)["ran_on"].iloc[0]  # the run's engine
     is_hf_large = (s["method"] == "vanilla") & (s["model"] == "large") & (s["engine"] == "hf")
     if not is_hf_large.any() or not (s["method"] == "generate").any():
@@ -111,8 +111,9 @@ def _hf_intervals(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-def _calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
-    """Each configuration's model calls per sentence (the per-call breakdown)."""
+def calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
+    """Each configuration's model calls per sentence (the per-call breakdown): s (summarize's
+    table of df) with large_calls_per_sentence and small_calls_per_sentence."""
     s = s.copy()
     calls = df.groupby("label")[["large_calls", "small_calls"]].mean()
     s["large_calls_per_sentence"] = s["label"].map(calls["large_calls"])

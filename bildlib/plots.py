@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bildlib import REPO_ROOT, data  # noqa: E402
-from bildlib.analysis import pareto, run_tag  # noqa: E402
+from bildlib.analysis import TABLE1_MODELS, pareto, run_tag  # noqa: E402
 
 FIGURES = REPO_ROOT / "figures"
 METRIC_NAME = {"bleu": "BLEU", "rougeL": "ROUGE-L"}
@@ -125,12 +125,9 @@ def fig4(s: pd.DataFrame, title: str = "") -> plt.Figure:
     the student's, when the sweep has it) over the threshold grid (all grid points faint),
     vanilla large as ✕, lines at its score and 1 below."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for model, color, name in (
-        ("small", "tab:blue", "BiLD (unaligned)"),
-        ("aligned", "tab:red", "BiLD (aligned)"),
-        ("student", "tab:green", "BiLD (student)"),
-    ):
-        _frontier(ax, s[(s["method"] == "bild") & (s["model"] == model)], color, name)
+    colors = {"small": "tab:blue", "aligned": "tab:red", "student": "tab:green"}
+    for model, name in TABLE1_MODELS.items():  # Table 1's rows, by the same names
+        _frontier(ax, s[(s["method"] == "bild") & (s["model"] == model)], colors[model], name)
     _smalls(ax, s)
     _reference_lines(ax, s, s.attrs.get("metric", "bleu"))
     ax.set_title(title, fontsize=9)

@@ -102,6 +102,8 @@ def is_candidate(which) -> bool:
 def is_small(which) -> bool:
     """Whether `which` is one of BiLD's small models: small, aligned, student or a candidate."""
     return which in SMALL_MODELS or is_candidate(which)
+
+
 LM_BUILT = ("data/checkpoints/multi30k-lm-small", "data/checkpoints/multi30k-lm-large",
             "data/checkpoints/multi30k-lm-student")  # make models-lm
 DECODER_ONLY = ("multi30k-lm", "wikitext2-gpt2")  # the presets of notebooks/table2_lm

@@ -27,6 +27,7 @@ from bildlib.analysis import summarize, vanilla_large
 from bildlib.callbench import _prefix, _time
 from bildlib.evaluate import greedy_ids, translate
 from bildlib.models import LM, load_model, locate
+from bildlib.peers import calls_per_sentence
 from bildlib.presets import CANDIDATE
 from bildlib.train import agreement
 
@@ -125,10 +126,7 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
     sentence; one row per (label, max_small_steps): BLEU alone, its vanilla speedup, the best
     lossless speedup and the best Algorithm 1 speedup within `tol` of vanilla large, with their
     95 % intervals, α_FB and large calls per sentence)."""
-    s = summarize(df)
-    calls = df.groupby("label")[["large_calls", "small_calls"]].mean()
-    s["large_calls_per_sentence"] = s["label"].map(calls["large_calls"])
-    s["small_calls_per_sentence"] = s["label"].map(calls["small_calls"])
+    s = calls_per_sentence(df, summarize(df))
     v = float(vanilla_large(s)["score"].mean())
     s["candidate"] = s["model"].str.removeprefix(CANDIDATE)
     lim = df.groupby("label")["max_small_steps"].first()
