@@ -24,9 +24,14 @@ def frontier(profile: pd.DataFrame, every: pd.DataFrame, head: pd.DataFrame, tit
         a.scatter(x, y, marker=marker, c=[colors[k] for k in profile["label"]], s=size, alpha=0.8,
                   label=f"{dtype} (size: parameters)")  # fmt: skip
         if dtype == "bfloat16":
+            placed: list = []  # labels already drawn: a near one (same shape, same agreement) goes below
             for k, xi, yi, e in zip(profile["label"], x, y, profile["ece"], strict=True):
-                a.annotate(f"{k} (ECE {e:.3f})", (xi, yi), fontsize=7, xytext=(4, 3),
-                           textcoords="offset points")  # fmt: skip
+                near = sum(abs(xi - u) < 0.02 and abs(yi - v) < 0.5 for u, v in placed)
+                right = xi > 0.8 * x.max()  # the costliest: its label to the left, inside the axes
+                a.annotate(f"{k} (ECE {e:.3f})", (xi, yi), fontsize=7, textcoords="offset points",
+                           xytext=(-4 if right else 4, 3 - 9 * near),
+                           ha="right" if right else "left")  # fmt: skip
+                placed.append((xi, yi))
     a.axvline(1 / 8, color="grey", lw=0.8, ls=":", label="1/8 of the large step")
     a.set_xlabel("ms per token / the large model's (lean engine, batch 1)")
     a.set_ylabel("top-1 agreement with the large model (%)")

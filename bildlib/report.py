@@ -371,6 +371,12 @@ def _bench():
     return bench
 
 
+def _smallmodels():
+    from bildlib import smallmodels  # notebooks/small_models' block (it imports torch: only when asked)
+
+    return smallmodels
+
+
 def _batchbench():
     from bildlib import batchbench  # it imports torch: only when asked
 
@@ -394,6 +400,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "batch": lambda r: _batchbench().block(r),  # README; docs/batching.md:
     "batch-detail": lambda r: _batchbench().detail_block(r),
     "batch-exact": lambda r: _batchbench().exact_block(r),
+    "students": lambda r: _smallmodels().block(r),  # docs/results.md
 }  # fmt: skip
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md")
