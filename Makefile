@@ -165,18 +165,20 @@ models-ee: $(STAMP)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
 	$(BIN)/python -m bildlib.modelcard_ee
 
-# Small models made for BiLD (docs/data-and-models.md, Students): distilled from the shipped large
-# on its greedy outputs (bildlib.train.distill), then its card (bildlib.modelcard_student, into
-# data/checkpoints/cards/). Not committed (the tree's 63 MB budget); each run resumes from its last
-# finished epoch.
+# The student, the small model made for BiLD (docs/data-and-models.md, Students): the winner of
+# notebooks/small_models.ipynb, the small shape distilled from the shipped large's top 32 on its
+# greedy outputs (bildlib.train.distill, train.topk; about 25 min on 2 CPU cores), then its card
+# (bildlib.modelcard_student, into data/checkpoints/cards/). Not committed (the tree's 63 MB budget);
+# the run resumes from its last finished epoch.
 models-student: $(STAMP)
-	$(TRAIN) multi30k-student-kd $(TRAIN_ARGS)
+	$(TRAIN) multi30k-student-top32 $(TRAIN_ARGS)
 	$(BIN)/python -m bildlib.modelcard_student
 
-# The candidate students of notebooks/small_models.ipynb, then PET's ablations (notebooks/pet.ipynb),
-# in train.config.CANDIDATES and PET_ABLATIONS: the teacher's top 32 is computed once into
-# build/teacher/, each run resumes from its last finished epoch (about 3 h in all on 2 CPU cores).
-CANDIDATES ?= top32 dec2 w256 pet
+# The other candidate students of notebooks/small_models.ipynb (kd: the first student, the teacher
+# in the training loop), then PET's ablations (notebooks/pet.ipynb), in train.config.CANDIDATES and
+# PET_ABLATIONS: the teacher's top 32 is computed once into build/teacher/, each run resumes from its
+# last finished epoch (about 3.5 h in all on 2 CPU cores).
+CANDIDATES ?= kd top32 dec2 w256 pet
 PET_RUNS ?= none pairs pairs-encqk pairs-decq full full-warmup
 models-candidates: $(STAMP)
 	@for c in $(CANDIDATES); do $(TRAIN) multi30k-student-$$c $(TRAIN_ARGS) || exit 1; done

@@ -143,7 +143,7 @@ PRESETS = {
         max_new_tokens=64,
         ee="data/checkpoints/multi30k-ee",
         calm="data/checkpoints/multi30k-calm",
-        student="data/checkpoints/multi30k-student-kd",  # make models-student
+        student="data/checkpoints/multi30k-student-top32",  # make models-student (small_models' winner)
     ),
     # arXiv v1 Table 2: GPT-2 on WikiText-2. Generation continues the first words of each paragraph
     # (hub.lm_split); its BLEU against the paragraph's own continuation is a weak proxy.
