@@ -32,7 +32,7 @@ def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
     their outputs and references."""
     missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
     missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": "", "shard": 0, "large_calls": 0}
-    missing |= {"dtype": "", "device_name": "", "verify_end_below": None}
+    missing |= {"dtype": "", "small_dtype": "", "device_name": "", "verify_end_below": None}
     df = df.assign(**{c: v for c, v in missing.items() if c not in df})
     base = vanilla_large(df)
     if base.empty:
@@ -70,6 +70,7 @@ def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
         large_s=("large_s", "mean"),
         ran_on=("ran_on", "first"),
         dtype=("dtype", "first"),
+        small_dtype=("small_dtype", "first"),
         device_name=("device_name", "first"),
         shard=("shard", "first"),
     ).rename(columns={"engine_": "engine"})  # fmt: skip (agg's own `engine` keyword is numba's)
@@ -119,14 +120,18 @@ def _intervals(df: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
 
 def run_info(s: pd.DataFrame) -> dict:
     """What a summarize() table was measured with, for a figure's caption and a table's columns:
-    n (examples), dtype, engine, device and the baseline model."""
+    n (examples), dtype, engine, device and the baseline model. dtype names the small models'
+    own where they ran in another (dtype "mixed": models.small_policy)."""
 
     def one(col: str) -> str:
         vals = sorted({str(v) for v in s[col].dropna() if str(v)}) if col in s else []
         return "/".join(vals) or "?"
 
     base = "vanilla " + s.attrs.get("baseline", "large")
-    return {"n": int(s["n"].max()), "dtype": one("dtype"), "engine": one("ran_on"),
+    dtype, small = one("dtype"), one("small_dtype")
+    if small not in ("?", dtype):  # e.g. "bfloat16/float32, small models float32"
+        dtype = f"{dtype}, small models {small}"
+    return {"n": int(s["n"].max()), "dtype": dtype, "engine": one("ran_on"),
             "device": one("device_name"), "baseline": base}  # fmt: skip
 
 

@@ -364,3 +364,28 @@ def test_every_row_is_keyed_by_its_sweep(env):
     assert again.attrs["decoded"] == {0: 0}
     assert b.attrs["decoded"] == {0: 2 * b["label"].nunique()}  # every row of b timed in b
     assert set(a["label"]) < set(b["label"])
+
+
+def test_mixed_dtype_runs_the_small_models_in_float32(env, monkeypatch):
+    import torch
+
+    from bildlib.models import load as M
+    from bildlib.models import load_pair
+
+    monkeypatch.setattr(M, "native_bf16", lambda: True)  # the shipped pair is stored in bf16
+    assert M.small_policy("mixed", True) == "float32" and M.small_policy("mixed", False) == "auto"
+    assert M.small_policy("bfloat16", True) == "bfloat16" and M.resolve_dtype("mixed", torch.device("cpu"),
+                                                                            torch.bfloat16) == torch.bfloat16
+    p = presets.get("multi30k")
+    m = X.Models(p, dtype="mixed")
+    assert m.dtype("large") == torch.bfloat16
+    assert (m.dtype("small"), m.dtype("aligned")) == (torch.float32, torch.float32) and not m._lm  # unloaded
+    assert m.get("aligned").model.dtype == torch.float32 and m.get("large").model.dtype == torch.bfloat16
+    s, lg = load_pair(p.model("aligned"), p.model("large"), dtype="mixed")
+    assert (s.model.dtype, lg.model.dtype) == (torch.float32, torch.bfloat16)
+    a = X.run(PRESET, X.bild("aligned", 0.5, 1.0), n_examples=2, results=env, progress=False, dtype="mixed")
+    assert a.attrs["spec"]["dtypes"]["aligned"] == "float32"
+    s = pd.DataFrame({"n": [2, 2], "dtype": ["bfloat16"] * 2, "small_dtype": ["", "float32"],
+                      "ran_on": ["lean"] * 2, "device_name": ["cpu"] * 2})  # fmt: skip
+    assert A.run_info(s)["dtype"] == "bfloat16, small models float32"
+    assert A.run_info(s.assign(small_dtype=["", "bfloat16"]))["dtype"] == "bfloat16"

@@ -38,6 +38,7 @@ from bildlib.models import (
     locate,
     resolve_device,
     resolve_dtype,
+    small_policy,
     stored_dtype,
     why_not_lean,
 )
@@ -63,7 +64,8 @@ def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Pre
 class Models:
     """The preset's checkpoints, loaded on first use and checked to share one vocabulary.
     `device` ("cpu", "cuda", "cuda:N" or "auto") and the dtype policy ("default", "auto",
-    "float32", "bfloat16"; models.resolve_dtype) are resolved here, once; only the resolved
+    "float32", "bfloat16", or "mixed": the small models in float32, the others as "auto";
+    models.resolve_dtype, small_policy) are resolved here, once; only the resolved
     torch.device and each model's torch.dtype go further."""
 
     def __init__(
@@ -87,8 +89,8 @@ class Models:
             if (loaded := next((lm for (w, _), lm in self._lm.items() if w == which), None)) is not None:
                 lm = LM(loaded.model, loaded.tok, loaded.name, engine)
             else:
-                path = self.preset.model(which)
-                lm = LM.from_pretrained(path, self.device, self._local_dtype(path) or self.policy, engine)
+                dtype = self._local_dtype(which) or self._policy(which)
+                lm = LM.from_pretrained(self.preset.model(which), self.device, dtype, engine)
             if presets.is_small(which):
                 check_pair(lm, self.get("large", engine))
             self._lm[which, engine] = lm
@@ -117,17 +119,21 @@ class Models:
             self._engines[which] = "hf" if why_not_lean(cfg, self.dtype(which)) else "lean"
         return self._engines[which]
 
-    def _local_dtype(self, path: str) -> torch.dtype | None:
-        """The resolved dtype of a local folder, read from its weights without loading them; None
+    def _policy(self, which: str) -> str | torch.dtype:
+        """`which`'s policy: the run's, except under "mixed" (models.small_policy)."""
+        return small_policy(self.policy, presets.is_small(which))
+
+    def _local_dtype(self, which: str) -> torch.dtype | None:
+        """The resolved dtype of `which` from a local folder's weights without loading them; None
         for a hub id, whose stored dtype only loading tells (load_model resolves the policy then)."""
-        stored = stored_dtype(path)
-        return None if stored is None else resolve_dtype(self.policy, self.device, stored)
+        stored = stored_dtype(self.preset.model(which))
+        return None if stored is None else resolve_dtype(self._policy(which), self.device, stored)
 
     def dtype(self, which: str) -> torch.dtype:
         """The dtype `which` runs in; for a local folder without loading it (a cache hit loads
         no model)."""
         loaded = any(w == which for w, _ in self._lm)
-        if not loaded and (dtype := self._local_dtype(self.preset.model(which))):
+        if not loaded and (dtype := self._local_dtype(which)):
             return dtype
         return self.get(which).model.dtype
 

@@ -202,6 +202,7 @@ def assemble(results: list[Result], preset: str, baseline: str) -> pd.DataFrame:
                 busy=why is not None,
                 ran_on=used,
                 dtype=r.spec["dtypes"][c.needs()[-1]],  # what the configuration's (large) model ran in
+                small_dtype=next((r.spec["dtypes"][w] for w in c.needs() if presets.is_small(w)), ""),
                 shard=k["index"],
                 batch_size=r.spec.get("batch_size", 1),
             )  # fmt: skip

@@ -22,6 +22,7 @@ from bildlib.models.load import (
     native_bf16,
     resolve_device,
     resolve_dtype,
+    small_policy,
     stored_dtype,
 )
 
@@ -29,5 +30,5 @@ __all__ = [
     "ENGINES", "LM", "ModelUnavailableError", "UnsupportedArchitectureError", "early_exit_pair",
     "why_not_lean", "check_dtype", "check_engine", "check_pair", "check_same_vocab", "check_vocab",
     "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
-    "pet", "resolve_dtype", "stored_dtype",
+    "pet", "resolve_dtype", "small_policy", "stored_dtype",
 ]  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from bildlib.models.engine import HF, check_engine, make
-from bildlib.models.load import check_same_vocab, load_model
+from bildlib.models.load import check_same_vocab, load_model, small_policy
 
 
 class LM:
@@ -114,9 +114,10 @@ def load_pair(
     dtype: str = "default",
     engine: str = "auto",
 ) -> tuple[LM, LM]:
-    """The two models of BiLD, checked to share one vocabulary and one architecture kind."""
-    s = LM.from_pretrained(small, device, dtype, engine)
-    lg = LM.from_pretrained(large, device, dtype, engine)
+    """The two models of BiLD, checked to share one vocabulary and one architecture kind; dtype
+    "mixed" runs the small one in float32 (models.small_policy)."""
+    s = LM.from_pretrained(small, device, small_policy(dtype, True), engine)
+    lg = LM.from_pretrained(large, device, small_policy(dtype, False), engine)
     check_pair(s, lg)
     return s, lg
 

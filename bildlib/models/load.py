@@ -56,12 +56,22 @@ def native_bf16() -> bool:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-POLICIES = ("default", "auto", *DTYPES)
+POLICIES = ("default", "auto", "mixed", *DTYPES)
 
 
 def check_dtype(dtype: str | torch.dtype) -> None:
     if not isinstance(dtype, torch.dtype) and dtype not in POLICIES:
         raise ValueError(f"dtype must be one of {', '.join(POLICIES)}; got {dtype!r}")
+
+
+def small_policy(dtype: str | torch.dtype, small: bool) -> str | torch.dtype:
+    """The policy a model runs under in a run of policy `dtype`: "mixed" is float32 for BiLD's
+    small models and "auto" for the others -- on a CPU a small model's matrices are too small for
+    bf16 to pay (docs/data-and-models.md, Students: the measured steps); every other policy is
+    the same for all models."""
+    if dtype == "mixed":
+        return "float32" if small else "auto"
+    return dtype
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device, stored: torch.dtype) -> torch.dtype:
@@ -70,12 +80,13 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device, stored: torch.
     "auto", chosen by measurement (README, *Which dtype*): on this project's CPU the
     shipped bf16 pair keeps vanilla large's BLEU on all of val within 0.1 of fp32 and decodes
     faster, and its large model's multi-token call is relatively cheaper, which BiLD needs.
-    "float32" and "bfloat16" force one (tests that compare with HF to 1e-4 use float32). A
-    torch.dtype is kept."""
+    "float32" and "bfloat16" force one (tests that compare with HF to 1e-4 use float32). "mixed"
+    is "auto" here; a run (experiments.Models, small_policy) runs its small models in float32 under
+    it. A torch.dtype is kept."""
     check_dtype(dtype)
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype in ("default", "auto"):
+    if dtype in ("default", "auto", "mixed"):
         if device.type == "cpu" and stored != torch.float32:
             return stored if stored == torch.bfloat16 and native_bf16() else torch.float32
         return stored
