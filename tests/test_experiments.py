@@ -355,15 +355,22 @@ def test_a_configuration_equal_to_a_baseline_runs_once(env):
         X.sweep(PRESET, [c, twin], n_examples=2, results=env, progress=False)
 
 
-def test_every_row_is_keyed_by_its_sweep(env):
+def test_every_row_is_keyed_by_its_sweep(env, mirror):
     """Like for like: a configuration timed in one sweep is not reused by a sweep with other
-    members (it times its own baseline); the same sweep again is all cached."""
+    members (it times its own baseline); the same sweep again is all cached. A member is its
+    models too: the same labels on other weights (or in another dtype) time their baseline again."""
     a = X.sweep(PRESET, GRID[:1], n_examples=2, results=env, baseline_repeats=1, progress=False)
     again = X.sweep(PRESET, GRID[:1], n_examples=2, results=env, baseline_repeats=1, progress=False)
     b = X.sweep(PRESET, GRID[:2], n_examples=2, results=env, baseline_repeats=1, progress=False)
     assert again.attrs["decoded"] == {0: 0}
     assert b.attrs["decoded"] == {0: 2 * b["label"].nunique()}  # every row of b timed in b
     assert set(a["label"]) < set(b["label"])
+    p, grid = presets.get(PRESET), [X.bild("student:a", 0.5, 1.0)]
+    run = dict(n_examples=2, results=env, baseline_repeats=1, progress=False)
+    c = X.sweep(PRESET, grid, checkpoints={"student:a": str(mirror / p.aligned)}, **run)
+    d = X.sweep(PRESET, grid, checkpoints={"student:a": str(mirror / p.small)}, **run)
+    assert d.attrs["decoded"] == {0: 2 * d["label"].nunique()}  # the vanilla-large baseline too
+    assert "vanilla-large" in set(c["label"]) & set(d["label"])
 
 
 def test_mixed_dtype_runs_the_small_models_in_float32(env, monkeypatch):

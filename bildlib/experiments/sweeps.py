@@ -9,8 +9,9 @@ and the shards take about equally long. Normalized latency and speedup are compu
 shard against its own baseline (analysis.summarize). Every configuration decodes every example,
 so its quality is corpus-level whichever worker ran it.
 
-Each job's key holds its shard (index, count and members): a row timed in one sweep never
-serves another sweep or shard, so every ratio compares rows timed together, interleaved. Two
+Each job's key holds its shard (index, count and members: the configurations, and the weights and
+dtype of every model they run): a row timed in one sweep never serves another sweep or shard, so
+every ratio compares rows timed together, interleaved. Two
 notebooks that sweep the same grid (fig4, fig10, fig8, latency_scatter) share their rows; a
 sweep with other members (fig5, table3's greedy BiLD rows) times its own baseline. Another
 sharding of the grid recomputes. A configuration given twice, or equal to a baseline (e.g.
@@ -44,11 +45,15 @@ class Shard:
     of: int
     configs: list[Config]  # in interleaving order, baselines included
 
-    @property
-    def key(self) -> dict:
+    def key(self, models: Models) -> dict:
         """Every job of a shard is keyed by the shard's members: a row timed in one sweep never
-        stands in another (like for like: a ratio only compares rows timed together)."""
-        members = cache.key({"configs": [dataclasses.asdict(c) for c in self.configs]})
+        stands in another (like for like: a ratio only compares rows timed together). A member is
+        its configuration and the weights and dtype of each model it runs, so that a baseline is
+        not read back into a sweep whose other members changed only there (dtype "mixed", or
+        another folder for a "student:<label>")."""
+        needs = sorted({w for c in self.configs for w in c.needs()})
+        runs = {w: [models.identity(w), str(models.dtype(w))] for w in needs}
+        members = cache.key({"configs": [dataclasses.asdict(c) for c in self.configs], "models": runs})
         return {"index": self.index, "of": self.of, "members": members}
 
 
@@ -88,7 +93,8 @@ def compute(
     `models` and `loaded` (the examples) where the caller holds them for several shards."""
     p, models = _models(preset, kw)
     ex = kw.pop("loaded", None) or examples(p, split, n_examples)  # a hub dataset loads slowly
-    jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, shard=s.key, **kw)
+    key = s.key(models)
+    jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, shard=key, **kw)
             for c in s.configs]  # fmt: skip
     dfs = interleave.compute(jobs, flush_every, progress, report)
     pairs = zip(jobs, dfs, strict=True)
