@@ -14,7 +14,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
+.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
 
 setup: $(STAMP)
 
@@ -191,6 +191,15 @@ small-models: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/small_models \
 	  notebooks/small_models.ipynb build/notebooks/small_models.ipynb
+
+# The winner and the two runners-up again under dtype mixed (the small models in float32, the large
+# in bf16; models.small_policy), into figures/small_models/mixed/ (about 25 min on 2 CPU cores).
+MIXED_CANDIDATES ?= {top32: data/checkpoints/multi30k-student-top32, dec2: data/checkpoints/multi30k-student-dec2, w256: data/checkpoints/multi30k-student-w256}
+small-models-mixed: $(STAMP)
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p dtype mixed -p out_dir figures/small_models/mixed \
+	  -y '{candidates: $(MIXED_CANDIDATES), max_small_steps: [16]}' \
+	  notebooks/small_models.ipynb build/notebooks/small_models-mixed.ipynb
 
 # PET's ablations (notebooks/pet.ipynb) on all of Multi30k val into figures/pet/ (needs make
 # models-student models-candidates; a few minutes on 2 CPU cores).

@@ -401,6 +401,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "batch-detail": lambda r: _batchbench().detail_block(r),
     "batch-exact": lambda r: _batchbench().exact_block(r),
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
+    "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
 }  # fmt: skip
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md")

@@ -164,9 +164,10 @@ def winner(head: pd.DataFrame) -> str:
 GOALS = {"best": 2.0, "lossless": 1.8}  # the students' speed bars (docs/data-and-models.md, Students)
 
 
-def block(root, folder: str = "figures/small_models") -> str:
+def block(root, folder: str = "figures/small_models", limits: bool = True) -> str:
     """The study's report block (bildlib.report): one row per candidate and limit, then each bar
-    and the candidate that comes nearest, from the committed CSVs and the run's _checks.json."""
+    and the candidate that comes nearest, from the committed CSVs and the run's _checks.json;
+    limits: then the winner's limits of small steps in a row, from their own run."""
     from bildlib.report import _ci, _csv, _json, _num, _run, _table, _valid
 
     t, prof = _csv(root, f"{folder}/small_models.csv"), _csv(root, f"{folder}/small_models_profile.csv")
@@ -208,6 +209,8 @@ def block(root, folder: str = "figures/small_models") -> str:
     large = t["large_bleu"].iloc[0]
     run = f"*{_run(c)}; vanilla large {large:.2f} BLEU; the profile in float32, same sentences.*"
     out = run + "\n\n" + _table(head, rows) + "\n\n" + "\n".join(f"- {b}" for b in bars) + "\n"
+    if not limits:
+        return out
     lim = _csv(root, f"{folder}/small_models_limits.csv")
     lc = _json(root, f"{folder}/small_models_limits_checks.json")
     _valid(lim, ["candidate", "max_small_steps", "lossless_speedup"])
