@@ -28,7 +28,7 @@ def measure(path: str, n: int | None = None, threads: int = 2, rounds: int = 20)
     path = locate(path)
     if not (Path(path) / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} holds no model.safetensors: `make models-student` trains it")
-    profile, _ = smallmodels.agreements({"student": path}, n=n)
+    profile, _ = smallmodels.agreements({"student": path}, n=n, bleu=False)  # BLEU: evaluate, below
     steps = smallmodels.step_ms({"student": path, "large": smallmodels.LARGE}, threads=threads, rounds=rounds)
     step = {f"{r.label}_{r.dtype}": round(r.step_ms, 3) for r in steps.itertuples()}
     log = json.loads((Path(path) / "train_log.json").read_text())

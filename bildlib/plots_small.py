@@ -8,6 +8,21 @@ import pandas as pd
 from bildlib.plots import legend, plt
 
 
+def labels(ax, names, xs, ys, dx: float, dy: float, placed: list | None = None, edge=None) -> None:
+    """Each point's name beside it; a name whose point is within (dx, dy) of one already named
+    goes a line lower, and the names of points near the right edge (`edge`: the largest x on the
+    axes, default the largest of xs) go to their left, inside the axes."""
+    placed = [] if placed is None else placed
+    xs, ys = list(xs), list(ys)
+    right_edge = edge if edge is not None else max(xs, default=0.0)
+    for k, xi, yi in zip(names, xs, ys, strict=True):
+        near = sum(abs(xi - u) < dx and abs(yi - v) < dy for u, v in placed)
+        right = xi > 0.9 * right_edge
+        ax.annotate(k, (xi, yi), fontsize=7, textcoords="offset points",
+                    xytext=(-4 if right else 4, 3 - 9 * near), ha="right" if right else "left")  # fmt: skip
+        placed.append((xi, yi))
+
+
 def frontier(profile: pd.DataFrame, every: pd.DataFrame, head: pd.DataFrame, title: str = "") -> plt.Figure:
     """profile: one row per candidate (agreement, ece, params_m, step_ms_<dtype>, large_step_ms_<dtype>);
     every / head: smallmodels.table. Left: agreement against the step's cost relative to the large
@@ -24,14 +39,8 @@ def frontier(profile: pd.DataFrame, every: pd.DataFrame, head: pd.DataFrame, tit
         a.scatter(x, y, marker=marker, c=[colors[k] for k in profile["label"]], s=size, alpha=0.8,
                   label=f"{dtype} (size: parameters)")  # fmt: skip
         if dtype == "bfloat16":
-            placed: list = []  # labels already drawn: a near one (same shape, same agreement) goes below
-            for k, xi, yi, e in zip(profile["label"], x, y, profile["ece"], strict=True):
-                near = sum(abs(xi - u) < 0.02 and abs(yi - v) < 0.5 for u, v in placed)
-                right = xi > 0.8 * x.max()  # the costliest: its label to the left, inside the axes
-                a.annotate(f"{k} (ECE {e:.3f})", (xi, yi), fontsize=7, textcoords="offset points",
-                           xytext=(-4 if right else 4, 3 - 9 * near),
-                           ha="right" if right else "left")  # fmt: skip
-                placed.append((xi, yi))
+            names = [f"{k} (ECE {e:.3f})" for k, e in zip(profile["label"], profile["ece"], strict=True)]
+            labels(a, names, x, y, 0.02, 0.5)
     a.axvline(1 / 8, color="grey", lw=0.8, ls=":", label="1/8 of the large step")
     a.set_xlabel("ms per token / the large model's (lean engine, batch 1)")
     a.set_ylabel("top-1 agreement with the large model (%)")
@@ -82,11 +91,12 @@ def pet(profile: pd.DataFrame, ablations, title: str = "") -> plt.Figure:
     for ax, (x, name) in zip(axes, axis.items(), strict=True):
         if x not in profile:
             continue
+        placed: list = []
         for mask, marker, what in ((ours, "o", "PET's ablations"), (~ours, "s", "other small models")):
             r = profile[mask]
             ax.scatter(r[x], r["bleu"], marker=marker, label=what)
-            for k, xi, yi in zip(r["label"], r[x], r["bleu"], strict=True):
-                ax.annotate(k, (xi, yi), fontsize=7, xytext=(4, 3), textcoords="offset points")
+            span = profile[x].max() - profile[x].min()
+            labels(ax, r["label"], r[x], r["bleu"], 0.05 * span, 0.3, placed, profile[x].max())
         ax.set_xlabel(name)
         ax.set_ylabel("greedy BLEU")
         legend(ax)

@@ -377,6 +377,12 @@ def _smallmodels():
     return smallmodels
 
 
+def _petstudy():
+    from bildlib import petstudy  # notebooks/pet's block
+
+    return petstudy
+
+
 def _batchbench():
     from bildlib import batchbench  # it imports torch: only when asked
 
@@ -402,6 +408,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "batch-exact": lambda r: _batchbench().exact_block(r),
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
+    "pet": lambda r: _petstudy().block(r),
 }  # fmt: skip
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md")

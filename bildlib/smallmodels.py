@@ -92,10 +92,11 @@ def step_ms(paths: dict, device="cpu", threads: int = 2, dtypes=("float32", "bfl
 
 
 def agreements(paths: dict, large: str = LARGE, split: str = "val", n: int | None = None,
-               bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+               bins: int = 10, bleu: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """(one row per label: shape, greedy BLEU, agreement, ECE, mean max p; the reliability
-    diagrams' bins of every label), in float32: BLEU of batched greedy decoding (evaluate), the
-    rest teacher-forced on the large model's greedy outputs on split[:n]."""
+    diagrams' bins of every label), in float32: BLEU of batched greedy decoding (evaluate; not
+    computed where `bleu` is False, for a caller that scores with its signature), the rest
+    teacher-forced on the large model's greedy outputs on split[:n]."""
     s = data.load("multi30k", split, n)
     big, tok = load_model(large, dtype="float32")
     targets = greedy_ids(big, tok, s.sources)
@@ -103,8 +104,8 @@ def agreements(paths: dict, large: str = LARGE, split: str = "val", n: int | Non
     for label, path in paths.items():
         small, _ = load_model(path, dtype="float32")
         pos = agreement.positions(small, tok, s.sources, targets)
-        bleu = metrics.bleu(translate(small, tok, s.sources), s.references).value
-        rows.append({"label": label, **shape(small), "bleu": bleu, **agreement.summary(pos, bins)})
+        score = {"bleu": metrics.bleu(translate(small, tok, s.sources), s.references).value} if bleu else {}
+        rows.append({"label": label, **shape(small), **score, **agreement.summary(pos, bins)})
         bins_.append(agreement.reliability(pos, bins).assign(label=label))
     return pd.DataFrame(rows), pd.concat(bins_, ignore_index=True)
 
