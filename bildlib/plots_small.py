@@ -91,12 +91,12 @@ def pet(profile: pd.DataFrame, ablations, title: str = "") -> plt.Figure:
     for ax, (x, name) in zip(axes, axis.items(), strict=True):
         if x not in profile:
             continue
-        placed: list = []
+        placed: list = []  # both groups' labelled points: a near one goes a line lower
+        near = 0.05 * (profile[x].max() - profile[x].min())
         for mask, marker, what in ((ours, "o", "PET's ablations"), (~ours, "s", "other small models")):
             r = profile[mask]
             ax.scatter(r[x], r["bleu"], marker=marker, label=what)
-            span = profile[x].max() - profile[x].min()
-            labels(ax, r["label"], r[x], r["bleu"], 0.05 * span, 0.3, placed, profile[x].max())
+            labels(ax, r["label"], r[x], r["bleu"], near, 0.3, placed, profile[x].max())
         ax.set_xlabel(name)
         ax.set_ylabel("greedy BLEU")
         legend(ax)

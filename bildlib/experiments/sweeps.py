@@ -11,11 +11,11 @@ so its quality is corpus-level whichever worker ran it.
 
 Each job's key holds its shard (index, count and members: the configurations, and the weights and
 dtype of every model they run): a row timed in one sweep never serves another sweep or shard, so
-every ratio compares rows timed together, interleaved. Two
-notebooks that sweep the same grid (fig4, fig10, fig8, latency_scatter) share their rows; a
-sweep with other members (fig5, table3's greedy BiLD rows) times its own baseline. Another
-sharding of the grid recomputes. A configuration given twice, or equal to a baseline (e.g.
-Config("vanilla", "small") beside the automatic vanilla small), runs once under one label.
+every ratio compares rows timed together, interleaved. Two notebooks that sweep the same grid
+(fig4, fig10, fig8, latency_scatter) share their rows; a sweep with other members (fig5,
+table3's greedy BiLD rows) times its own baseline. Another sharding of the grid recomputes. A
+configuration given twice, or equal to a baseline (e.g. Config("vanilla", "small") beside the
+automatic vanilla small), runs once under one label.
 """
 
 from __future__ import annotations
