@@ -1,4 +1,5 @@
-# bildlib: `make fig4` runs the main job, `make test` the tests. Both create .venv first if needed.
+# bildlib: `make fig4` runs the main job, `make test` the tests, `make lab` opens JupyterLab. Each
+# creates .venv first if needed.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,15 +15,31 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup test lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
+.PHONY: setup lab test test-lab lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
 
 setup: $(STAMP)
 
 # constraints.txt holds the exact versions the tests ran with; pyproject.toml only ranges.
+# nbstripout's flags: keep the cells' ids, and drop what Lab writes about the Python it ran (the
+# committed notebooks are fixed points of this filter: tests/test_notebooks.py)
+NBSTRIP := --keep-id --extra-keys 'metadata.language_info.version metadata.language_info.codemirror_mode metadata.language_info.file_extension metadata.language_info.mimetype metadata.language_info.nbconvert_exporter metadata.language_info.pygments_lexer'
+# It also installs the Jupyter kernel "bildlib (.venv)" (a Jupyter started outside the venv can run
+# the notebooks with it) and, in a git checkout, nbstripout as the repo's git filter: a notebook
+# saved in JupyterLab with its outputs still shows as unchanged (docs/teaching.md).
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -c constraints.txt
+	$(BIN)/python -m ipykernel install --user --name bildlib --display-name "bildlib (.venv)"
+	@if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/nbstripout --install && \
+	  git config filter.nbstripout.clean "$(abspath $(BIN))/python -m nbstripout $(NBSTRIP)" && \
+	  git config diff.ipynb.textconv "$(abspath $(BIN))/python -m nbstripout -t $(NBSTRIP)"; fi
 	@touch $@
+
+# JupyterLab from the venv, on the repository's notebooks (README, "Quick start"). The data is found
+# without BILD_DATA_DIR: val and the test splits ship in data/multi30k/.
+LAB_ARGS ?=
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/tutorial.ipynb
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,8 +48,13 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
+# The tutorial in JupyterLab in a real browser (tests/lab_check.py: Debian's chromium through
+# Playwright), Run All Cells and Save; screenshots in build/lab/. CI runs it after make test.
+test-lab: $(STAMP)
+	$(BIN)/python tests/lab_check.py
+
 # Notebooks run with papermill; executed copies go to build/notebooks (git-ignored). Only these
-# targets write figures/, and only with the notebooks' default parameters (PUBLISH); a notebook run
+# targets write figures/, and only with the notebooks' default parameters (TO_FIGURES); a notebook run
 # in Jupyter or by papermill writes to build/figures/<notebook>/, as a target given PRESET or DEVICE
 # does. Sweeps are cached in data/results, keyed by their members: fig10, fig8 and latency_scatter
 # reuse fig4's sweep.
@@ -41,11 +63,14 @@ NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8 peers
 PRESET ?=
 DEVICE ?=
 PM_ARGS += $(if $(PRESET),-p preset $(PRESET)) $(if $(DEVICE),-p device $(DEVICE))
-PUBLISH = $(if $(PRESET)$(DEVICE),,-p out_dir figures)
-PAPERMILL = $(BIN)/papermill --cwd . $(PUBLISH) $(PM_ARGS)
+TO_FIGURES = $(if $(PRESET)$(DEVICE),,-p out_dir figures)
+PAPERMILL = $(BIN)/papermill --cwd . $(TO_FIGURES) $(PM_ARGS)
+# make fig4 is a newcomer's first run: into build/figures/fig4/, so the checkout stays as cloned.
+# make fig4 PUBLISH=1 (and make figures) rewrite the committed figures/fig4.png and table1.csv.
+PUBLISH ?=
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
-	$(PAPERMILL) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+	$(BIN)/papermill --cwd . $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
 
 figures: $(STAMP)
 	@mkdir -p build/notebooks

@@ -3,8 +3,10 @@
 A `Split` is a list of (source, reference) pairs plus the `Task` it belongs to.
 
 - Multi30k De->En, the embedded default, is read from its raw gzip files. Lookup order:
-  `$BILD_DATA_DIR/multi30k/`, then `data/multi30k/` in the checkout, then a download from
-  the multi30k/dataset GitHub repository into `data/multi30k/`, checked against SHA-256.
+  `$BILD_DATA_DIR/multi30k/`, then `data/multi30k/` in the checkout (val and the test splits
+  ship there, so evaluation works offline: data/multi30k/README.md), then a download from the
+  multi30k/dataset GitHub repository into `data/multi30k/`, checked against SHA-256 (needed only
+  for train).
 - The paper's hub datasets (IWSLT 2017, WMT 2014, XSUM, CNN/DailyMail): bildlib.hub.
 """
 
@@ -165,16 +167,26 @@ def multi30k_files(split: str, download_missing: bool = True) -> tuple[Path, Pat
         raise FileNotFoundError(f"Multi30k files {names} not found in {searched}")
     base = os.environ.get("BILD_MULTI30K_URL", MULTI30K_URL).rstrip("/")
     dest = REPO_ROOT / "data" / "multi30k"
+    made = not dest.exists()  # a failed download leaves no empty folder behind
     try:
         for n in names:
             if not (dest / n).is_file():
                 download(f"{base}/{n}", dest / n, MULTI30K_SHA256[n])
+        failed = None
     except OSError as e:  # URLError and timeouts are OSErrors; a ChecksumError propagates as is
+        failed = e
+    finally:
+        if made and dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()
+    if failed is not None:  # one paragraph, not urllib's chained traceback
+        why = getattr(failed, "reason", None) or failed
         raise FileNotFoundError(
-            f"Multi30k files {names} not found in {searched}, and downloading them from {base} failed "
-            f"({e}). Put the raw files (data/task1/raw/ of github.com/multi30k/dataset) in one of those "
-            "folders, or point BILD_DATA_DIR at a folder that holds multi30k/."
-        ) from e
+            f"Multi30k's {split} split ({', '.join(names)}) is not in {searched}, and downloading it "
+            f"from {base} failed ({why}). Put the raw files (data/task1/raw/ of "
+            "github.com/multi30k/dataset) in one of those folders, or point BILD_DATA_DIR at a folder "
+            "that holds multi30k/. Only train is downloaded: val and the test splits ship in the "
+            "repository's data/multi30k/."
+        ) from None
     return dest / names[0], dest / names[1]
 
 

@@ -69,10 +69,11 @@ def outputs(name: str, values: dict) -> Path:
     return out
 
 
-def save_checks(checks: dict, name: str, out_dir: Path | str) -> Path:
+def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
     """<out_dir>/<name>_checks.json: what a notebook checked while it ran (baseline spread,
     equivalences, busy flags, ...), so that the checks reach git with the figures and a test can
-    assert them on the committed files. Values are numbers, strings, booleans or lists of them."""
+    assert them on the committed files. Values are numbers, strings, booleans or lists of them. It
+    prints the checks and where they went, and returns nothing (a cell ending with it echoes no path)."""
     from bildlib import data
 
     path = Path(out_dir) / f"{name}_checks.json"
@@ -82,7 +83,7 @@ def save_checks(checks: dict, name: str, out_dir: Path | str) -> Path:
         tmp.write_text(
             json.dumps(checks, indent=1, ensure_ascii=False, sort_keys=True, default=_plain) + "\n"
         )
-    return path
+    print(f"checks saved to {path}")
 
 
 def sweep_checks(s, df) -> dict:

@@ -123,7 +123,8 @@ def _run(checks: dict) -> str:
     )
 
 
-def _regimes(t: pd.DataFrame, rule: str) -> str:
+def regimes(t: pd.DataFrame, rule: str = "interval") -> str:
+    """Table 1 as README shows it (Markdown), from fig4's table (table1.csv's rows), under one rule."""
     vanilla = t["regime"].isna()
     empty = ~vanilla & t[["score", "speedup", "fallback", "rollback"]].isna().all(axis=1)  # none qualifies
     _valid(t, ["model", "rule", "score", "speedup"], ~empty)
@@ -153,7 +154,7 @@ RULE_TEXT = {
 def table1(root: Path, folder: str = "figures", rule: str = "interval") -> str:
     """Table 1 (fig4.ipynb's table1.csv in folder) under one rule (analysis.RULES)."""
     t, c = _csv(root, f"{folder}/table1.csv"), _json(root, f"{folder}/fig4_checks.json")
-    return f"*{_run(c)}; `{c['signature']}`.* {RULE_TEXT[rule]}\n\n" + _regimes(t, rule)
+    return f"*{_run(c)}; `{c['signature']}`.* {RULE_TEXT[rule]}\n\n" + regimes(t, rule)
 
 
 def headline(root: Path) -> str:

@@ -27,6 +27,23 @@ def run_python(code: str, cwd: Path, env: dict | None = None) -> subprocess.Comp
     return proc
 
 
+def as_git_has_it(path: Path) -> str:
+    """The text git would commit for path: its staged version where git sees no change (a notebook
+    saved in JupyterLab keeps its outputs on disk, and nbstripout's git filter, installed by make
+    setup, strips them), the file itself where git sees one, or where there is no git."""
+    rel = str(path.relative_to(REPO))
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+    status = git("status", "--porcelain", "--", rel)
+    if status.returncode == 0 and not status.stdout:
+        show = git("show", f":{rel}")
+        if show.returncode == 0:
+            return show.stdout
+    return path.read_text()
+
+
 def course_solutions():
     """course/solutions.py, the tutorial's solutions: outside the package, loaded from its file."""
     import importlib.util
@@ -43,8 +60,8 @@ def multi30k_dir() -> Path:
     except in CI (CI=true or BILD_REQUIRE_DATA=1), where missing data is a failure."""
     from bildlib.data import multi30k_candidates
 
-    for d in multi30k_candidates():
-        if (d / "val.de.gz").is_file():
+    for d in multi30k_candidates():  # the full dataset: the repo's data/multi30k/ ships no train
+        if (d / "val.de.gz").is_file() and (d / "train.de.gz").is_file():
             return d
     msg = "Multi30k not found: set BILD_DATA_DIR to a folder holding multi30k/ (see docs/data-and-models.md)"
     if os.environ.get("CI", "").lower() == "true" or os.environ.get("BILD_REQUIRE_DATA") == "1":

@@ -120,10 +120,32 @@ def test_pinned_checksums_match_the_real_files(roots, multi30k_dir, monkeypatch)
 
 
 def test_no_files_and_no_network_is_a_clear_error(roots):
-    with pytest.raises(FileNotFoundError, match=r"val\.de\.gz.*not found in .*env/multi30k.*downloading"):
+    repo_dir, _ = roots
+    with pytest.raises(FileNotFoundError, match=r"val\.de\.gz.*is not in .*env/multi30k.*downloading") as e:
         data.load_multi30k("val")
+    assert e.value.__cause__ is None and e.value.__suppress_context__  # one paragraph, no urllib chain
+    assert "BILD_DATA_DIR" in str(e.value)
+    assert not repo_dir.exists()  # the failed download left no empty folder behind
     with pytest.raises(FileNotFoundError, match=r"not found in"):
         data.load_multi30k("val", download_missing=False)
+
+
+def test_the_evaluation_splits_ship_with_the_repository(monkeypatch):
+    # no BILD_DATA_DIR and no network: val and the test splits are found in the checkout's data/
+    monkeypatch.delenv("BILD_DATA_DIR", raising=False)
+    monkeypatch.setenv("BILD_MULTI30K_URL", "http://127.0.0.1:9/nothing-listens-here")
+    shipped = REPO / "data" / "multi30k"
+    for split, n in (("val", 1014), ("test_2016_flickr", 1000), ("test_2017_flickr", 1000)):
+        src, tgt = data.multi30k_files(split, download_missing=False)
+        assert src.parent == tgt.parent == shipped
+        assert all(data.sha256(p) == data.MULTI30K_SHA256[p.name] for p in (src, tgt))
+        assert len(data.load_multi30k(split, download_missing=False)) == n
+
+    def ignored(name):
+        check = ["git", "check-ignore", "-q", f"data/multi30k/{name}"]
+        return subprocess.run(check, cwd=REPO).returncode == 0
+
+    assert not ignored("val.de.gz") and ignored("train.de.gz")  # val ships; train is downloaded
 
 
 # ---------------------------------------------------------------- bad input

@@ -294,6 +294,24 @@ def test_load_model_stores_float32_weights_column_major_on_cpu_only_in_float32()
     assert f32.shared.weight.data_ptr() == w32.data_ptr()  # the tied embedding moved with its head
 
 
+def test_loading_shows_no_progress_bar_and_leaves_transformers_as_it_was(capfd):
+    from transformers.utils import logging as hf_logging
+
+    from bildlib.models import load_model
+
+    path = REPO / "data" / "checkpoints" / "multi30k-small"
+    assert hf_logging.is_progress_bar_enabled()
+    load_model(path)
+    assert "Loading weights" not in capfd.readouterr().err  # a notebook prints it in red per model
+    assert hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a user who turned them off keeps them off
+    try:
+        load_model(path)
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()
+
+
 # -- the lean T5's products and its folded cross-attention (models.linear, docs/engines.md) ------
 
 

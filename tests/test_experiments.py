@@ -92,6 +92,15 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
     assert not list((env / PRESET).glob("*.partial.parquet"))
 
 
+def test_a_sweep_says_its_size_and_how_long_it_will_take(env, capsys):
+    X.sweep(PRESET, GRID, n_examples=12, results=env, baseline_repeats=1, progress=True)
+    out = capsys.readouterr().out
+    assert "to decode: 6 configurations x 12 examples, 72 decodes (0 configurations read back" in out
+    assert "so the run takes about" in out and "papermill -p n_examples 10" in out
+    X.sweep(PRESET, GRID, n_examples=12, results=env, baseline_repeats=1, progress=True)
+    assert "to decode" not in capsys.readouterr().out  # all read back: nothing to announce
+
+
 def test_corrupted_cache_file_is_recomputed(env):
     c = X.vanilla("small")
     df = X.run(PRESET, c, n_examples=4, results=env, progress=False)

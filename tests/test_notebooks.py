@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, as_git_has_it
 
 NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers",
              "fig7", "fig6", "small_models", "pet"]  # fmt: skip
@@ -31,10 +31,12 @@ def test_notebook_is_clean_and_parameterised(name):
     import papermill
 
     path = REPO / "notebooks" / f"{name}.ipynb"
-    nb = json.loads(path.read_text())
+    nb = json.loads(as_git_has_it(path))
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1
+    assert tagged[0]["source"][0].startswith("# Parameters: papermill's parameters cell"), (
+        "the parameters cell says what it is in its first line (a reader in Lab sees no tag)")
     for c in nb["cells"]:
         if c["cell_type"] == "code":
             assert c["outputs"] == [] and c["execution_count"] is None, "strip outputs before committing"
@@ -46,6 +48,41 @@ def test_notebook_is_clean_and_parameterised(name):
         assert p["inferred_type_name"] != "None" and p["help"], (
             f"{name}: {p['name']} needs a type and a comment"
         )
+
+
+def nbstrip_flags() -> list[str]:
+    """The flags make setup gives nbstripout's git filter (Makefile, NBSTRIP)."""
+    import re
+    import shlex
+
+    return shlex.split(re.search(r"^NBSTRIP := (.*)$", (REPO / "Makefile").read_text(), re.M)[1])
+
+
+def test_a_notebook_saved_by_lab_is_what_git_has(tmp_path):
+    # Lab saves outputs, counts and the kernel's Python; the git filter (make setup) must give back
+    # the committed bytes, so that saving a notebook leaves git status clean
+    import subprocess
+    import sys
+
+    names = [*NOTEBOOKS, "tutorial", "table2_lm"]
+    for name in names:
+        nb = json.loads(as_git_has_it(REPO / "notebooks" / f"{name}.ipynb"))
+        nb["metadata"]["language_info"] |= {
+            "version": "3.11.2", "mimetype": "text/x-python", "file_extension": ".py",
+            "codemirror_mode": {"name": "ipython", "version": 3}, "nbconvert_exporter": "python",
+            "pygments_lexer": "ipython3"}  # fmt: skip
+        for i, c in enumerate(nb["cells"]):
+            if c["cell_type"] == "code":
+                c["execution_count"] = i + 1
+                c["outputs"] = [{"name": "stdout", "output_type": "stream", "text": ["ran\n"]}]
+                c["metadata"]["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    files = [str(tmp_path / f"{n}.ipynb") for n in names]
+    subprocess.run([sys.executable, "-m", "nbstripout", *nbstrip_flags(), *files], check=True)  # in place
+    for name in names:
+        got = (tmp_path / f"{name}.ipynb").read_text()
+        assert got == as_git_has_it(REPO / "notebooks" / f"{name}.ipynb"), (
+            f"{name}: pass it through the filter (nbstripout -t {' '.join(nbstrip_flags())})")
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +286,8 @@ def test_no_notebook_run_writes_to_figures_unless_asked(capsys):
 
 
 def test_make_targets_publish_only_the_default_runs():
-    """make fig4 passes out_dir figures; with PRESET or DEVICE it does not (make -n prints the
+    """make fig4 writes build/ (a newcomer's run leaves the checkout clean); make fig4 PUBLISH=1
+    and make figures pass out_dir figures, but not with PRESET or DEVICE (make -n prints the
     commands without running them)."""
     import subprocess
 
@@ -257,9 +295,11 @@ def test_make_targets_publish_only_the_default_runs():
         p = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True)
         return " ".join(p.stdout.split())
 
-    assert "-p out_dir figures notebooks/fig4.ipynb" in cmd("fig4")
-    assert "out_dir" not in cmd("fig4", "PRESET=cnndm-t5")
-    assert "out_dir" not in cmd("fig4", "DEVICE=cuda")
+    assert "out_dir" not in cmd("fig4")
+    assert "-p out_dir figures notebooks/fig4.ipynb" in cmd("fig4", "PUBLISH=1")
+    assert "-p out_dir figures notebooks/$nb.ipynb" in cmd("figures")  # fig4 among the notebooks
+    assert "out_dir" not in cmd("fig4", "PUBLISH=1", "PRESET=cnndm-t5")
+    assert "out_dir" not in cmd("fig4", "PUBLISH=1", "DEVICE=cuda")
     assert "--out figures/batch" in cmd("bench-batch")
 
 

@@ -162,6 +162,41 @@ def test_story_on_the_shipped_pair_and_its_picture(shipped_pair, tmp_path):
     assert plots.save(fig, None, "trace", tmp_path).stat().st_size > 1000
 
 
+def test_the_explorer_draws_the_decode_its_sliders_name(shipped_pair, monkeypatch):
+    from bildlib.tutorial import explorer as EX
+    from bildlib.tutorial import lab as LAB
+
+    small, large = shipped_pair
+    texts = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    lab = LAB.Lab(small, large, [small.encode(t) for t in texts], texts, texts, 64)
+    step, call = 1e-3, lambda k: 5e-3 + 1e-4 * k
+    for i, fb, rb in ((0, 0.5, 1.0), (1, 0.9, 0.5)):
+        v = EX.view(lab, i, fb, rb, step, call)
+        ids, tr = D.bild(small, large, lab.sources[i], fb, rb, max_new_tokens=64)
+        n = len(D.vanilla(large, lab.sources[i], max_new_tokens=64)[0])
+        assert (v.trace.source, v.trace.large_calls, v.n_large) == (tr.source, tr.large_calls, n)
+        assert v.predicted == pytest.approx(LAB.stand_in_predict(tr, n, step, call))
+        assert f"{tr.large_calls} large calls" in v.summary() and f"{v.predicted:.2f}x" in v.summary()
+    with pytest.raises(ValueError, match="sentence must be in"):
+        EX.view(lab, 2, 0.5, 1.0, step, call)
+    with pytest.raises(ValueError, match="fallback"):
+        EX.view(lab, 0, 1.5, 1.0, step, call)
+
+    drawn, real = [], EX.view
+
+    def spy(lab, i, fb, rb, *a):
+        drawn.append((i, fb, rb))
+        return real(lab, i, fb, rb, *a)
+
+    monkeypatch.setattr(EX, "view", spy)
+    box = EX.explorer(lab, 0, 0.5, 1.0, step, call)
+    sliders = box.children[0].children
+    assert [s.description for s in sliders] == ["sentence", "α_FB", "α_RB"]
+    sliders[1].value = 0.8  # each move redraws that setting
+    sliders[0].value = 1
+    assert drawn == [(0, 0.5, 1.0), (0, 0.8, 1.0), (1, 0.8, 1.0)]
+
+
 def test_loop_check_on_the_shipped_pair(shipped_pair):
     small, large = shipped_pair
     srcs = [small.encode(s) for s in ("Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.")]

@@ -9,6 +9,7 @@ own partial file, and a job whose result file is whole is not run at all.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
@@ -99,6 +100,13 @@ class _Run:
 Report = Callable[[str, int], None]
 
 
+def estimate(round_s: float, rounds: int, n: int) -> str:
+    """The time a run will take, from its first round (one example of every configuration)."""
+    return (f"the first round took {round_s:.1f} s, so the run takes about {round_s * rounds / 60:.1f} min "
+            f"on this machine; for a quick trial, decode fewer examples (n_examples, {n} here: "
+            "papermill -p n_examples 10)")  # fmt: skip
+
+
 def compute(
     jobs: list, flush_every: int = 20, progress: bool = True, report: Report | None = None
 ) -> list[pd.DataFrame]:
@@ -143,8 +151,13 @@ def compute(
         bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
         report("total", left)
         report("finished", len(out))
+        first = min((len(r.rows) for r in runs.values()), default=n)
+        if progress and left:
+            print(f"to decode: {len(runs)} configurations x {n} examples, {left} decodes "
+                  f"({len(out)} configurations read back from the cache)")  # fmt: skip
         try:
-            for e in range(min((len(r.rows) for r in runs.values()), default=n), n, B):
+            for e in range(first, n, B):
+                t0 = time.perf_counter()
                 for r in runs.values():
                     if len(r.rows) == e:  # resumed runs skip the examples they already hold
                         r.step(e)
@@ -153,6 +166,8 @@ def compute(
                         report("done", k)
                         if (e + k) // flush_every > e // flush_every and e + k < n:
                             r.flush()
+                if progress and e == first and n - e > 10 * B:  # a long run: say how long, once
+                    print(estimate(time.perf_counter() - t0, -(-(n - e) // B), n))
         except BaseException:  # an error or an interrupt: keep every finished row for the resume
             for r in runs.values():
                 if r.rows:

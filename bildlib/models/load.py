@@ -4,10 +4,13 @@ checks that a tokenizer fits its model and that two models share one vocabulary.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from bildlib import REPO_ROOT, data
 from bildlib.models.lean_common import column_major
@@ -131,6 +134,19 @@ def load_tokenizer(name: str | Path):
         raise _unavailable(path, e) from e
 
 
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' "Loading weights" bars off while bildlib loads a model (a notebook shows them
+    in red for every model of a sweep), and back as they were afterwards."""
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "default"):
     """(model, tokenizer) for an encoder-decoder or a decoder-only checkpoint (a folder or a hub
     id, see `locate`), in eval mode, on `device`, in `dtype` (see resolve_dtype). On a CPU in
@@ -142,7 +158,8 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
     try:
         cfg = AutoConfig.from_pretrained(path, **_hub_kwargs(path))
         auto = AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else AutoModelForCausalLM
-        model = auto.from_pretrained(path, dtype="auto", **_hub_kwargs(path))
+        with quiet_loading():
+            model = auto.from_pretrained(path, dtype="auto", **_hub_kwargs(path))
     except (OSError, ValueError) as e:
         raise _unavailable(path, e) from e
     check_vocab(tok, model.config, path)

@@ -67,7 +67,9 @@ class Report:
         r = self.results.get(exercise)
         return bool(r and r.passed)
 
-    def save(self, out_dir: Path | str, **extra) -> Path:
+    def save(self, out_dir: Path | str, **extra) -> None:
+        """<out_dir>/tutorial_checks.json; it prints where (it returns nothing, so that a notebook
+        cell ending with it echoes no path)."""
         from bildlib import data
 
         path = Path(out_dir) / "tutorial_checks.json"
@@ -79,7 +81,6 @@ class Report:
         with data.atomic_path(path) as tmp:
             tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         print(f"{doc['passed']} of {doc['exercises']} exercises pass; checks saved to {path}")
-        return path
 
 
 # --- exercise 1: the fallback test -------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""make test-lab: the tutorial opened the way a student opens it. JupyterLab from the venv on
+127.0.0.1, driven in a real browser (Debian's chromium, through Playwright's executable_path: no
+browser is downloaded), Run → Run All Cells, then File → Save.
+
+It asserts on the notebook Lab saved: every code cell ran, no cell raised, the inline figures are
+there. Then `git status` must be as before (nbstripout's git filter, installed by make setup,
+keeps a saved notebook's outputs out of git). The notebook's bytes are put back at the end, and
+the screenshots and the saved copy go to build/lab/.
+
+No BILD_DATA_DIR is passed to Lab, as when a user types `jupyter lab`: the data must be found in
+the repository. Run it from the repository root: `python tests/lab_check.py` (make test-lab)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "build" / "lab"
+NOTEBOOK = "notebooks/tutorial.ipynb"
+RUN_TIMEOUT_S = 600  # the whole Run All; the tutorial takes under a minute on 2 CPU cores
+FIGURES = 2  # the tutorial's inline pictures: the trace of part 1 and the sweep of part 2
+
+
+def chromium() -> str:
+    path = os.environ.get("BILD_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        sys.exit("make test-lab needs Debian's chromium (apt-get install -y chromium), or BILD_CHROMIUM "
+                 "set to a Chromium binary; Playwright's own browser downloads are not used")  # fmt: skip
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+
+
+def start_lab(port: int, token: str, log) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"}
+    cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={REPO}",
+           "--LabApp.news_url=",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]  # fmt: skip
+    lab = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+            return lab
+        except OSError:
+            if lab.poll() is not None:
+                sys.exit(f"JupyterLab exited with {lab.returncode}; its log is {log.name}")
+            time.sleep(0.5)
+    lab.terminate()
+    sys.exit(f"JupyterLab did not answer on port {port} within 60 s; its log is {log.name}")
+
+
+def menu(page, top: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=top).first.click()
+    page.locator(".lm-Menu-itemLabel").get_by_text(item, exact=True).first.click()
+
+
+def run_all(page, url: str) -> float:
+    """Open the notebook, wait for its kernel, Run All Cells, wait until the kernel is idle with
+    every code cell numbered; the seconds the run took."""
+    page.goto(url)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    status = ".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='{}']"
+    idle = status.format("idle")
+    page.wait_for_selector(idle, timeout=120_000)
+    page.screenshot(path=OUT / "1-opened.png")
+    t0 = time.perf_counter()
+    menu(page, "Run", "Run All Cells")
+    page.wait_for_selector(status.format("busy"), timeout=60_000)
+    page.wait_for_selector(idle, timeout=RUN_TIMEOUT_S * 1000)
+    seconds = time.perf_counter() - t0
+    page.screenshot(path=OUT / "2-ran.png")
+    return seconds
+
+
+def save(page, path: Path, before: float) -> None:
+    menu(page, "File", "Save Notebook")
+    for _ in range(120):
+        if path.stat().st_mtime > before:
+            return
+        time.sleep(0.25)
+    sys.exit(f"Lab did not save {path} within 30 s")
+
+
+def check(saved: dict, seconds: float) -> list[str]:
+    """What is wrong with the notebook Lab saved (nothing: an empty list)."""
+    code = [c for c in saved["cells"] if c["cell_type"] == "code"]
+    problems = [f"code cell {i} did not run" for i, c in enumerate(code) if c.get("execution_count") is None]
+    for i, c in enumerate(code):
+        for o in c.get("outputs", []):
+            if o["output_type"] == "error":
+                problems.append(f"code cell {i} raised {o['ename']}: {o['evalue']}")
+    pictures = sum("image/png" in o.get("data", {}) for c in code for o in c.get("outputs", []))
+    if pictures < FIGURES:
+        problems.append(f"{pictures} inline figures, expected at least {FIGURES}")
+    print(f"{len(code)} code cells ran in {seconds:.0f} s; {pictures} inline figures")
+    return problems
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = REPO / NOTEBOOK
+    original, before = path.read_bytes(), git_status()
+    port, token = free_port(), secrets.token_hex(16)
+    with open(OUT / "jupyterlab.log", "w") as log:
+        lab = start_lab(port, token, log)
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                seconds = run_all(page, f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}")
+                save(page, path, path.stat().st_mtime)
+                page.screenshot(path=OUT / "3-saved.png")
+                browser.close()
+            shutil.copyfile(path, OUT / "tutorial-saved.ipynb")
+            problems = check(json.loads(path.read_text()), seconds)
+            after = git_status()
+            if after != before:
+                problems.append(f"git status changed:\nbefore:\n{before}after:\n{after}")
+        finally:
+            lab.terminate()
+            lab.wait(timeout=30)
+            path.write_bytes(original)  # the working tree as it was: outputs never stay behind
+    for p in problems:
+        print("FAIL:", p)
+    print("PASS: the tutorial runs in JupyterLab and leaves git clean" if not problems else "")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
