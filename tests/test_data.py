@@ -300,9 +300,12 @@ def test_hub_unreachable_fails_at_once(tmp_path):
     assert "'wmt/wmt14'" in msg and "not reachable" in msg and "HF_HUB_OFFLINE=1" in msg
 
 
-def test_no_data_committed():
-    # the downloaded datasets never live in git
+def test_only_the_evaluation_splits_are_committed():
+    # val and the test splits ship (with their README); train and hub datasets never live in git
     proc = subprocess.run(["git", "ls-files", "data"], cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"not a git checkout: {proc.stderr.strip()}")
-    assert not [f for f in proc.stdout.splitlines() if f.endswith(".gz") or "multi30k/" in f]
+    shipped = {f"data/multi30k/{s}.{lang}.gz" for s in ("val", "test_2016_flickr", "test_2017_flickr")
+               for lang in ("de", "en")} | {"data/multi30k/README.md"}  # fmt: skip
+    data_files = {f for f in proc.stdout.splitlines() if f.endswith(".gz") or "multi30k/" in f}
+    assert data_files == shipped
