@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml constraints.txt
 # without BILD_DATA_DIR: val and the test splits ship in data/multi30k/.
 LAB_ARGS ?=
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=. $(LAB_ARGS) notebooks/tutorial.ipynb
+	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/tutorial.ipynb
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

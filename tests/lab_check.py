@@ -55,6 +55,7 @@ def start_lab(port: int, token: str, log) -> subprocess.Popen:
            f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={REPO}",
            "--LabApp.news_url=",
            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]  # fmt: skip
+    cmd += ["--allow-root"] if os.geteuid() == 0 else []  # CI containers run as root
     lab = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(120):
         try:

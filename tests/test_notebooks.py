@@ -33,6 +33,7 @@ def test_notebook_is_clean_and_parameterised(name):
     path = REPO / "notebooks" / f"{name}.ipynb"
     nb = json.loads(as_git_has_it(path))
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert nb["metadata"]["kernelspec"]["display_name"] == "Python 3 (ipykernel)"  # as Lab saves it
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1
     assert tagged[0]["source"][0].startswith("# Parameters: papermill's parameters cell"), (
