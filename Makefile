@@ -30,16 +30,18 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -c constraints.txt
 	$(BIN)/python -m ipykernel install --user --name bildlib --display-name "bildlib (.venv)"
-	@if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/nbstripout --install && \
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  $(BIN)/nbstripout --install --attributes "$$(git rev-parse --git-path info/attributes)" && \
 	  git config filter.nbstripout.clean "$(abspath $(BIN))/python -m nbstripout $(NBSTRIP)" && \
 	  git config diff.ipynb.textconv "$(abspath $(BIN))/python -m nbstripout -t $(NBSTRIP)"; fi
 	@touch $@
 
-# JupyterLab from the venv, on the repository's notebooks (README, "Quick start"). The data is found
-# without BILD_DATA_DIR: val and the test splits ship in data/multi30k/.
+# JupyterLab from the venv, on the checkout, the tutorial open (README, "Start here"); it saves the
+# notebooks of notebooks/ without outputs (bildlib.jupyter). The data is found without BILD_DATA_DIR:
+# val and the test splits ship in data/multi30k/.
 LAB_ARGS ?=
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/tutorial.ipynb
+	$(BIN)/python -m bildlib.jupyter $(LAB_ARGS) notebooks/tutorial.ipynb
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

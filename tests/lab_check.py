@@ -3,12 +3,12 @@
 browser is downloaded), Run → Run All Cells, then File → Save.
 
 It asserts on the notebook Lab saved: every code cell ran, no cell raised, the inline figures are
-there. Then `git status` must be as before (nbstripout's git filter, installed by make setup,
-keeps a saved notebook's outputs out of git). The notebook's bytes are put back at the end, and
+there. Then `git status` must be as before (Lab saves the project's notebooks as git has them:
+bildlib.jupyter). The notebook's bytes are put back at the end, and
 the screenshots and the saved copy go to build/lab/.
 
-No BILD_DATA_DIR is passed to Lab, as when a user types `jupyter lab`: the data must be found in
-the repository. Run it from the repository root: `python tests/lab_check.py` (make test-lab)."""
+Lab starts as make lab starts it (bildlib.jupyter.command), with no BILD_DATA_DIR, as when a user
+types it: the data must be found in the repository. make test-lab runs it: `python tests/lab_check.py`."""
 
 from __future__ import annotations
 
@@ -50,12 +50,12 @@ def git_status() -> str:
 
 
 def start_lab(port: int, token: str, log) -> subprocess.Popen:
+    from bildlib import jupyter
+
     env = {k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"}
-    cmd = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={REPO}",
-           "--LabApp.news_url=",
-           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]  # fmt: skip
-    cmd += ["--allow-root"] if os.geteuid() == 0 else []  # CI containers run as root
+    cmd = jupyter.command("--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+                          f"--IdentityProvider.token={token}", "--LabApp.news_url=",
+                          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")  # fmt: skip
     lab = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(120):
         try:

@@ -37,7 +37,8 @@ def test_notebook_is_clean_and_parameterised(name):
     tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1
     assert tagged[0]["source"][0].startswith("# Parameters: papermill's parameters cell"), (
-        "the parameters cell says what it is in its first line (a reader in Lab sees no tag)")
+        "the parameters cell says what it is in its first line (a reader in Lab sees no tag)"
+    )
     for c in nb["cells"]:
         if c["cell_type"] == "code":
             assert c["outputs"] == [] and c["execution_count"] is None, "strip outputs before committing"
@@ -59,31 +60,61 @@ def nbstrip_flags() -> list[str]:
     return shlex.split(re.search(r"^NBSTRIP := (.*)$", (REPO / "Makefile").read_text(), re.M)[1])
 
 
-def test_a_notebook_saved_by_lab_is_what_git_has(tmp_path):
-    # Lab saves outputs, counts and the kernel's Python; the git filter (make setup) must give back
-    # the committed bytes, so that saving a notebook leaves git status clean
+def lab_saved(name: str) -> dict:
+    """The committed notebook as Lab would save it after a run: outputs, counts, the kernel's Python."""
+    nb = json.loads(as_git_has_it(REPO / "notebooks" / f"{name}.ipynb"))
+    nb["metadata"]["language_info"] |= {
+        "version": "3.11.2", "mimetype": "text/x-python", "file_extension": ".py",
+        "codemirror_mode": {"name": "ipython", "version": 3}, "nbconvert_exporter": "python",
+        "pygments_lexer": "ipython3"}  # fmt: skip
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    for i, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "code":
+            c["execution_count"] = i + 1
+            c["outputs"] = [{"name": "stdout", "output_type": "stream", "text": ["ran\n"]}]
+            c["metadata"]["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
+    return nb
+
+
+ALL = [*NOTEBOOKS, "tutorial", "table2_lm"]
+
+
+def test_git_filter_gives_back_what_git_has(tmp_path):
+    # the clean filter make setup installs: a notebook saved with outputs is committed as it was
     import subprocess
     import sys
 
-    names = [*NOTEBOOKS, "tutorial", "table2_lm"]
-    for name in names:
-        nb = json.loads(as_git_has_it(REPO / "notebooks" / f"{name}.ipynb"))
-        nb["metadata"]["language_info"] |= {
-            "version": "3.11.2", "mimetype": "text/x-python", "file_extension": ".py",
-            "codemirror_mode": {"name": "ipython", "version": 3}, "nbconvert_exporter": "python",
-            "pygments_lexer": "ipython3"}  # fmt: skip
-        for i, c in enumerate(nb["cells"]):
-            if c["cell_type"] == "code":
-                c["execution_count"] = i + 1
-                c["outputs"] = [{"name": "stdout", "output_type": "stream", "text": ["ran\n"]}]
-                c["metadata"]["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
-        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    files = [str(tmp_path / f"{n}.ipynb") for n in names]
+    from bildlib import jupyter
+
+    assert nbstrip_flags() == ["--keep-id", "--extra-keys", " ".join(jupyter.EXTRA_KEYS)]  # one list of keys
+    for name in ALL:
+        saved = json.dumps(lab_saved(name), indent=1, ensure_ascii=False) + "\n"
+        (tmp_path / f"{name}.ipynb").write_text(saved)
+    files = [str(tmp_path / f"{n}.ipynb") for n in ALL]
     subprocess.run([sys.executable, "-m", "nbstripout", *nbstrip_flags(), *files], check=True)  # in place
-    for name in names:
+    for name in ALL:
         got = (tmp_path / f"{name}.ipynb").read_text()
         assert got == as_git_has_it(REPO / "notebooks" / f"{name}.ipynb"), (
             f"{name}: pass it through the filter (nbstripout -t {' '.join(nbstrip_flags())})")
+
+
+def test_lab_saves_the_project_notebooks_as_git_has_them(tmp_path):
+    # make lab's pre-save hook: same bytes as git has, so the file's size and git status do not change
+    from types import SimpleNamespace
+
+    import nbformat
+
+    from bildlib import jupyter
+
+    lab = SimpleNamespace(root_dir=str(REPO))
+    for name in ALL:
+        model = {"type": "notebook", "content": lab_saved(name)}
+        jupyter.strip_before_save(model=model, path=f"notebooks/{name}.ipynb", contents_manager=lab)
+        assert nbformat.writes(model["content"]) + "\n" == as_git_has_it(REPO / "notebooks" / f"{name}.ipynb")
+    mine = {"type": "notebook", "content": lab_saved("fig4")}  # a user's own notebook keeps its outputs
+    jupyter.strip_before_save(model=mine, path="scratch/fig4.ipynb", contents_manager=lab)
+    assert mine["content"]["cells"][1]["outputs"]
+    assert "--ContentsManager.pre_save_hook=bildlib.jupyter.strip_before_save" in jupyter.command()
 
 
 @pytest.fixture(scope="module")
