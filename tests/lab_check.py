@@ -2,10 +2,10 @@
 127.0.0.1, driven in a real browser (Debian's chromium, through Playwright's executable_path: no
 browser is downloaded), Run → Run All Cells, then File → Save.
 
-It asserts on the notebook Lab saved: every code cell ran, no cell raised, the inline figures are
-there. Then `git status` must be as before (Lab saves the project's notebooks as git has them:
-bildlib.jupyter). The notebook's bytes are put back at the end, and
-the screenshots and the saved copy go to build/lab/.
+It asserts on the notebook as Lab holds it after the run (its model, read in the page): every
+code cell ran, no cell raised, the inline figures are there. Then `git status` must be as before
+(Lab saves the project's notebooks as git has them: bildlib.jupyter). The notebook's bytes are put
+back at the end; the screenshots and the notebook with its outputs go to build/lab/.
 
 Lab starts as make lab starts it (bildlib.jupyter.command), with no BILD_DATA_DIR, as when a user
 types it: the data must be found in the repository. make test-lab runs it: `python tests/lab_check.py`."""
@@ -55,6 +55,7 @@ def start_lab(port: int, token: str, log) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"}
     cmd = jupyter.command("--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                           f"--IdentityProvider.token={token}", "--LabApp.news_url=",
+                          "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the notebook's model
                           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")  # fmt: skip
     lab = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(120):
@@ -101,9 +102,9 @@ def save(page, path: Path, before: float) -> None:
     sys.exit(f"Lab did not save {path} within 30 s")
 
 
-def check(saved: dict, seconds: float) -> list[str]:
-    """What is wrong with the notebook Lab saved (nothing: an empty list)."""
-    code = [c for c in saved["cells"] if c["cell_type"] == "code"]
+def check(ran: dict, seconds: float) -> list[str]:
+    """What is wrong with the notebook after the run (nothing: an empty list)."""
+    code = [c for c in ran["cells"] if c["cell_type"] == "code"]
     problems = [f"code cell {i} did not run" for i, c in enumerate(code) if c.get("execution_count") is None]
     for i, c in enumerate(code):
         for o in c.get("outputs", []):
@@ -130,11 +131,12 @@ def main() -> int:
                 browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 seconds = run_all(page, f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}")
+                ran = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.toJSON()")
                 save(page, path, path.stat().st_mtime)
                 page.screenshot(path=OUT / "3-saved.png")
                 browser.close()
-            shutil.copyfile(path, OUT / "tutorial-saved.ipynb")
-            problems = check(json.loads(path.read_text()), seconds)
+            (OUT / "tutorial-ran.ipynb").write_text(json.dumps(ran, indent=1, ensure_ascii=False))
+            problems = check(ran, seconds)
             after = git_status()
             if after != before:
                 problems.append(f"git status changed:\nbefore:\n{before}after:\n{after}")
