@@ -109,11 +109,12 @@ def table(ppl: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def block(root) -> str:
-    """README's Table 2 block, from the committed figures/table2_lm.csv and its checks."""
+def block(root, folder: str = "figures") -> str:
+    """README's Table 2 block, from the committed table2_lm.csv and its checks in folder
+    (figures/lm-student: the same with the student as the small model, make figures-lm-student)."""
     from bildlib import report as R
 
-    t, c = R._csv(root, "figures/table2_lm.csv"), R._json(root, "figures/table2_lm_checks.json")
+    t, c = R._csv(root, f"{folder}/table2_lm.csv"), R._json(root, f"{folder}/table2_lm_checks.json")
     R._valid(t, ["row", "perplexity", "fallback_pct", "gen_speedup", "gen_score", "gen_fallback_pct"])
     R._valid(t, ["preset"])
     R._valid(t, ["fallback"], ~t["row"].str.startswith("vanilla"))
