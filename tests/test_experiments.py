@@ -10,6 +10,7 @@ from bildlib import analysis as A
 from bildlib import experiments as X
 from bildlib import presets
 from bildlib.experiments import cache, measure
+from bildlib.experiments import interleave as I
 from conftest import PRESET, run_python
 
 GRID = [X.bild("small", 0.5, 1.0), X.bild("aligned", 0.5, 1.0), X.bild("aligned", 0.8, 3.0)]
@@ -97,6 +98,9 @@ def test_a_sweep_says_its_size_and_how_long_it_will_take(env, capsys):
     out = capsys.readouterr().out
     assert "to decode: 6 configurations x 12 examples, 72 decodes (0 configurations read back" in out
     assert "so the run takes about" in out and "papermill -p n_examples 10" in out
+    # the first round's first-call costs count once: 12 s so far, then 9 more rounds of 1.5 s
+    said = I.estimate([9.0, 1.0, 2.0], 12, 12)
+    assert said.startswith("a round takes about 1.5 s, so the run takes about 0.4 min")
     X.sweep(PRESET, GRID, n_examples=12, results=env, baseline_repeats=1, progress=True)
     assert "to decode" not in capsys.readouterr().out  # all read back: nothing to announce
 

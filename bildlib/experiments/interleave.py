@@ -100,11 +100,15 @@ class _Run:
 Report = Callable[[str, int], None]
 
 
-def estimate(round_s: float, rounds: int, n: int) -> str:
-    """The time a run will take, from its first round (one example of every configuration)."""
-    return (f"the first round took {round_s:.1f} s, so the run takes about {round_s * rounds / 60:.1f} min "
-            f"on this machine; for a quick trial, decode fewer examples (n_examples, {n} here: "
-            "papermill -p n_examples 10)")  # fmt: skip
+def estimate(took: list[float], rounds: int, n: int) -> str:
+    """The time a run will take, from its first rounds (a round: one example of every
+    configuration). The first round pays each configuration's first-call costs, so the rest are
+    projected from the rounds after it."""
+    each = sum(took[1:]) / len(took[1:])
+    total = sum(took) + each * (rounds - len(took))
+    return (f"a round takes about {each:.1f} s, so the run takes about {total / 60:.1f} min on this "
+            f"machine; for a quick trial, decode fewer examples (n_examples, {n} here: papermill -p "
+            "n_examples 10)")  # fmt: skip
 
 
 def compute(
@@ -155,6 +159,7 @@ def compute(
         if progress and left:
             print(f"to decode: {len(runs)} configurations x {n} examples, {left} decodes "
                   f"({len(out)} configurations read back from the cache)")  # fmt: skip
+        rounds, took = -(-(n - first) // B), []  # took: each round's seconds
         try:
             for e in range(first, n, B):
                 t0 = time.perf_counter()
@@ -166,8 +171,9 @@ def compute(
                         report("done", k)
                         if (e + k) // flush_every > e // flush_every and e + k < n:
                             r.flush()
-                if progress and e == first and n - e > 10 * B:  # a long run: say how long, once
-                    print(estimate(time.perf_counter() - t0, -(-(n - e) // B), n))
+                took.append(time.perf_counter() - t0)
+                if progress and len(took) == 3 and rounds > 10:  # a long run: say how long, once
+                    print(estimate(took, rounds, n))
         except BaseException:  # an error or an interrupt: keep every finished row for the resume
             for r in runs.values():
                 if r.rows:
