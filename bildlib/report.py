@@ -125,7 +125,7 @@ def _run(checks: dict) -> str:
 
 def regimes(t: pd.DataFrame, rule: str = "interval") -> str:
     """Table 1 as README shows it (Markdown), from fig4's table (table1.csv's rows), under one rule."""
-    vanilla = t["regime"].isna()
+    vanilla = t["regime"].isna() | (t["regime"] == "")  # "" in analysis.summary_table, NaN read back from CSV
     empty = ~vanilla & t[["score", "speedup", "fallback", "rollback"]].isna().all(axis=1)  # none qualifies
     _valid(t, ["model", "rule", "score", "speedup"], ~empty)
     _valid(t, ["delta", "fallback", "rollback", "verify_end"], ~empty & ~vanilla)
