@@ -1,4 +1,5 @@
-"""What the notebooks share: their parameters cells' defaults, and where their outputs go."""
+"""What the notebooks share: their parameters cells' defaults, where their outputs go, and how
+their tables show in JupyterLab."""
 
 from __future__ import annotations
 
@@ -106,3 +107,11 @@ def sweep_checks(s, df) -> dict:
 def _plain(x):
     """numpy numbers as Python's (json.dumps default)."""
     return x.item() if hasattr(x, "item") else str(x)
+
+
+def show(df, digits: int = 3, hide: tuple = ("n", "split", "dtype", "device")):
+    """A table as a notebook shows it (the CSV keeps every column): no index, numbers to `digits`
+    decimals, a missing value as "–", and the run's constant columns (hide) left out, since the
+    checks file and the print above the table name them."""
+    keep = [c for c in df.columns if not (c in hide and df[c].nunique(dropna=False) <= 1)]
+    return df[keep].style.hide(axis="index").format(precision=digits, na_rep="–")

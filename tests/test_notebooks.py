@@ -317,6 +317,17 @@ def test_no_notebook_run_writes_to_figures_unless_asked(capsys):
         assert notebook.outputs(name, notebook.defaults(name)).is_relative_to(REPO_ROOT / "build")
 
 
+def test_tables_show_compact_and_keep_what_varies():
+    from bildlib import notebook
+
+    df = pd.DataFrame({"label": ["a", "b"], "speedup": [1.23456, np.nan], "n": [100, 100],
+                       "dtype": ["bfloat16", "float32"]})  # fmt: skip
+    html = notebook.show(df, 2).to_html()
+    assert "1.23" in html and "1.2346" not in html and "–" in html  # digits, a missing value
+    assert ">n<" not in html and "float32" in html  # a constant run column is left out, a varying one kept
+    assert 'class="row_heading' not in html  # no index column
+
+
 def test_make_targets_publish_only_the_default_runs():
     """make fig4 writes build/ (a newcomer's run leaves the checkout clean); make fig4 PUBLISH=1
     and make figures pass out_dir figures, but not with PRESET or DEVICE (make -n prints the
