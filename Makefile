@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-lab lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
+.PHONY: setup lab test test-lab lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
 
 setup: $(STAMP)
 
@@ -166,6 +166,17 @@ bench-grid: $(STAMP)
 bench-batch: $(STAMP)
 	$(BIN)/python -m bildlib.batchbench --check --out figures/batch
 	$(BIN)/python -m bildlib.batchbench --out figures/batch
+
+# On a CUDA machine (docs/engines.md, "On a GPU"): the Triton kernels' tests on the GPU, their
+# benchmark, and lossless BiLD against vanilla greedy in each dtype and engine, into figures/gpu-check/
+# (bildlib.gpucheck). It finishes the check after failed kernel tests, then fails.
+GPU_CHECK_OUT ?= figures/gpu-check
+GPU_CHECK_N ?= 200
+gpu-check: $(STAMP)
+	@mkdir -p $(GPU_CHECK_OUT)
+	set -o pipefail; BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  tests/test_kernels_triton.py 2>&1 | tee $(GPU_CHECK_OUT)/kernel-tests.txt; t=$$?; \
+	  $(BIN)/python -m bildlib.gpucheck --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

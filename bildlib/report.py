@@ -384,6 +384,12 @@ def _petstudy():
     return petstudy
 
 
+def _gpucheck():
+    from bildlib import gpucheck  # it imports torch: only when asked
+
+    return gpucheck
+
+
 def _batchbench():
     from bildlib import batchbench  # it imports torch: only when asked
 
@@ -410,9 +416,11 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
     "pet": lambda r: _petstudy().block(r),
+    "gpu-check": lambda r: _gpucheck().block(r),  # docs/engines.md
 }  # fmt: skip
 # the files whose blocks make report writes
-FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md")
+FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md",
+         "docs/engines.md")
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:

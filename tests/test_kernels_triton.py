@@ -1,4 +1,5 @@
-"""Every Triton kernel against its torch reference, on CPU under TRITON_INTERPRET=1."""
+"""Every Triton kernel against its torch reference: on CPU under TRITON_INTERPRET=1, and on a CUDA GPU
+with BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 (make gpu-check)."""
 
 import os
 
@@ -11,6 +12,8 @@ from bildlib.kernels import reference as R  # noqa: E402
 from bildlib.kernels import triton_policy as T  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+# where the kernels run: "cpu" (Triton's interpreter) or "cuda" (compiled, on the GPU)
+DEV = os.environ.get("BILD_KERNEL_TEST_DEVICE", "cpu")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (V, k): every k in 1..16 on small vocabularies, the ends on the large ones (the interpreter is slow)
@@ -28,11 +31,15 @@ def logits(k, V, dtype, seed=0):
         x[2, V - 1] = 0.0
     if k > 3 and V > 5:
         x[3, 1] = x[3, 4] = x[3, V - 1] = x[3].max() + 1  # ties, also across blocks: the first wins
-    return x.to(dtype)
+    return x.to(dtype).to(DEV)
 
 
 def test_interpreter_is_on():
-    assert os.environ.get("TRITON_INTERPRET") == "1"
+    """On CPU the interpreter runs the kernels; on a GPU it must be off, or nothing is compiled."""
+    if DEV == "cpu":
+        assert os.environ.get("TRITON_INTERPRET") == "1"
+    else:
+        assert os.environ.get("TRITON_INTERPRET") == "0" and torch.cuda.is_available()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -65,7 +72,7 @@ def test_rollback_distance(V, k, dtype):
 @pytest.mark.parametrize("V,k", [(7, 16), (1000, 5), (250112, 2)])
 def test_sample_is_the_inverse_cdf(V, k, dtype):
     x = logits(k, V, dtype)
-    u = torch.rand(k, generator=torch.Generator().manual_seed(V))
+    u = torch.rand(k, generator=torch.Generator().manual_seed(V)).to(DEV)
     u[0] = 0.0
     tok = T.sample(x, u)
     p = torch.softmax(x.float(), -1)
@@ -83,11 +90,11 @@ def test_sample_is_the_inverse_cdf(V, k, dtype):
 def test_speculative_accept_matches_reference(V, k, dtype):
     g = torch.Generator().manual_seed(V + k)
     xl = logits(k + 1, V, dtype, seed=1)
-    xs = (xl[:k].float() + torch.randn(k, V, generator=g)).to(dtype)
+    xs = (xl[:k].float() + torch.randn(k, V, generator=g).to(DEV)).to(dtype)
     xs[:, 0] = float("-inf")  # a token the small model never proposes
     for trial in range(6 if V < 100_000 else 2):
-        u = torch.rand(k + 1, generator=g)
-        draft = R.sample_ref(xs, torch.rand(k, generator=g))
+        u = torch.rand(k + 1, generator=g).to(DEV)
+        draft = R.sample_ref(xs, torch.rand(k, generator=g).to(DEV))
         if trial == 0:
             draft = xl[:k].float().argmax(-1)  # the large model's favourites: mostly accepted
         n, y = T.speculative_accept(xl, xs, draft, u)
@@ -139,7 +146,7 @@ def test_speculative_accept_statistics():
     assert chi2_pvalue(counts, expected) > 0.001
 
     d, u = draws(1_500)
-    n, y = T.speculative_accept(xl.float(), xs.float(), d, u)
+    n, y = (t.cpu() for t in T.speculative_accept(*(t.to(DEV) for t in (xl.float(), xs.float(), d, u))))
     counts = torch.bincount(n * V + y, minlength=(k + 1) * V).double()
     assert chi2_pvalue(counts, expected) > 0.001
     # and the output token alone follows p_L at the first position whatever happens
