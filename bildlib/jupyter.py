@@ -25,6 +25,10 @@ LAB_WRITES = ("version", "codemirror_mode", "file_extension", "mimetype", "nbcon
               "pygments_lexer")  # fmt: skip
 EXTRA_KEYS = tuple(f"metadata.language_info.{k}" for k in LAB_WRITES)
 HOOK = "--ContentsManager.pre_save_hook=bildlib.jupyter.strip_before_save"
+# Lab asks on first start whether to fetch Jupyter's news feed, and checks PyPI for a newer Lab: a
+# pop-up over the tutorial, and requests a laptop offline cannot make. Both off (JupyterLab's docs,
+# "Announcements"): news_url None disables the feed and its question
+QUIET = ("--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
 
 
 # the keys nbstripout's command line drops by default (its strip_output does not add them itself)
@@ -58,7 +62,7 @@ def command(*extra: str) -> list[str]:
     exe = Path(sys.executable).parent / "jupyter"
     jupyter = str(exe) if exe.exists() else shutil.which("jupyter") or "jupyter"
     root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers, CI
-    return [jupyter, "lab", f"--ServerApp.root_dir={REPO_ROOT}", HOOK, *root, *extra]
+    return [jupyter, "lab", f"--ServerApp.root_dir={REPO_ROOT}", HOOK, *QUIET, *root, *extra]
 
 
 def main(argv: list[str] | None = None) -> None:

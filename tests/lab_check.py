@@ -54,9 +54,8 @@ def start_lab(port: int, token: str, log) -> subprocess.Popen:
 
     env = {k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"}
     cmd = jupyter.command("--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-                          f"--IdentityProvider.token={token}", "--LabApp.news_url=",
-                          "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the notebook's model
-                          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")  # fmt: skip
+                          f"--IdentityProvider.token={token}",  # news and update checks: off in command()
+                          "--LabApp.expose_app_in_browser=True")  # window.jupyterapp: the notebook's model
     lab = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(120):
         try:
@@ -132,11 +131,14 @@ def main() -> int:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 seconds = run_all(page, f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}")
                 ran = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.toJSON()")
+                news = page.get_by_text("Jupyter news").count()  # Lab's first-start question, if it came
                 save(page, path, path.stat().st_mtime)
                 page.screenshot(path=OUT / "3-saved.png")
                 browser.close()
             (OUT / "tutorial-ran.ipynb").write_text(json.dumps(ran, indent=1, ensure_ascii=False))
             problems = check(ran, seconds)
+            if news:
+                problems.append("Lab asked about Jupyter news over the tutorial")
             after = git_status()
             if after != before:
                 problems.append(f"git status changed:\nbefore:\n{before}after:\n{after}")
