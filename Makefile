@@ -168,16 +168,18 @@ bench-batch: $(STAMP)
 	$(BIN)/python -m bildlib.batchbench --check --out figures/batch
 	$(BIN)/python -m bildlib.batchbench --out figures/batch
 
-# On a CUDA machine (docs/engines.md, "On a GPU"): the Triton kernels' tests on the GPU, their
-# benchmark, and lossless BiLD against vanilla greedy in each dtype and engine, into figures/gpu-check/
-# (bildlib.gpucheck). It finishes the check after failed kernel tests, then fails.
-GPU_CHECK_OUT ?= figures/gpu-check
+# On a CUDA machine (docs/engines.md, "On a GPU"; about 5 min on an H200): the Triton kernels' tests
+# compiled for the GPU, then bildlib.gpu's parts (its --plan lists them: the kernels' benchmark, the
+# engines' calls, fig4's sweep, lossless BiLD in each dtype and engine), into figures/gpu/. Without a
+# GPU it stops at once and says so. It finishes the check after failed kernel tests, then fails.
+GPU_CHECK_OUT ?= figures/gpu
 GPU_CHECK_N ?= 200
 gpu-check: $(STAMP)
+	$(BIN)/python -m bildlib.gpu --plan
 	@mkdir -p $(GPU_CHECK_OUT)
 	set -o pipefail; BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_kernels_triton.py 2>&1 | tee $(GPU_CHECK_OUT)/kernel-tests.txt; t=$$?; \
-	  $(BIN)/python -m bildlib.gpucheck --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
+	  $(BIN)/python -m bildlib.gpu --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

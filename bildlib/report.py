@@ -384,10 +384,10 @@ def _petstudy():
     return petstudy
 
 
-def _gpucheck():
-    from bildlib import gpucheck  # it imports torch: only when asked
+def _gpu():
+    from bildlib.gpu import render  # the GPU check's files
 
-    return gpucheck
+    return render
 
 
 def _batchbench():
@@ -416,7 +416,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
     "pet": lambda r: _petstudy().block(r),
-    "gpu-check": lambda r: _gpucheck().block(r),  # docs/engines.md
+    "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
 }  # fmt: skip
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md",

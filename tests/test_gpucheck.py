@@ -1,4 +1,4 @@
-"""make gpu-check's logic on CPU (bildlib.gpucheck): lossless BiLD equals vanilla, a failing setting
+"""make gpu-check's logic on CPU (bildlib.gpu): lossless BiLD equals vanilla, a failing setting
 becomes a row with its error, and the docs' block refuses a run with one."""
 
 import json
@@ -8,15 +8,16 @@ import pandas as pd
 import pytest
 import torch
 
-from bildlib import REPO_ROOT, gpucheck
+from bildlib import REPO_ROOT
+from bildlib.gpu import check, lossless, render
 
 CPU = torch.device("cpu")
 
 
 def test_lossless_rows_on_cpu(tmp_path):
-    df = gpucheck.lossless(CPU, 3, 1, settings=(("float32", "lean"), ("float64", "lean")), out=tmp_path)
+    df = lossless.lossless(CPU, 3, 1, settings=(("float32", "lean"), ("float64", "lean")), out=tmp_path)
     ok = df[df["dtype"] == "float32"].set_index("decoder")
-    assert list(ok.index) == list(gpucheck.DECODERS)
+    assert list(ok.index) == list(lossless.DECODERS)
     assert ok.loc["bild_lossless", "same_as_vanilla"] == 1.0  # distance="exact" is lossless in float32
     assert ok.loc["bild_lossless", "bleu"] == ok.loc["vanilla", "bleu"]
     assert ok.loc["vanilla", "small_calls"] == 0 and ok.loc["vanilla", "large_calls"] > 0
@@ -29,23 +30,46 @@ def test_lossless_rows_on_cpu(tmp_path):
 
 def test_warmup_must_leave_timed_sentences():
     with pytest.raises(ValueError, match="warmup"):
-        gpucheck.lossless(CPU, 3, 3, settings=())
+        lossless.lossless(CPU, 3, 3, settings=())
 
 
 def test_block_refuses_a_failed_setting(tmp_path):
-    folder = tmp_path / "figures" / "gpu-check"
-    shutil.copytree(REPO_ROOT / "figures" / "gpu-check", folder)
-    assert "lossless" in gpucheck.block(tmp_path)  # the committed run renders
+    folder = tmp_path / "figures" / "gpu"
+    shutil.copytree(REPO_ROOT / "figures" / "gpu", folder)
+    assert "lossless" in render.block(tmp_path)  # the committed run renders
     df = pd.read_csv(folder / "bild.csv", dtype={"error": str})
     df.loc[len(df)] = {"dtype": "bfloat16", "engine": "lean", "error": "RuntimeError: CUDA out of memory"}
     df.to_csv(folder / "bild.csv", index=False)
     with pytest.raises(ValueError, match="bild.csv: a setting failed: bfloat16 lean"):
-        gpucheck.block(tmp_path)
+        render.block(tmp_path)
 
 
 def test_summary_is_made_from_the_files(tmp_path):
     for f in ("machine.json", "bild.csv", "kernels.csv", "kernel-tests.txt"):
-        shutil.copy(REPO_ROOT / "figures" / "gpu-check" / f, tmp_path / f)
-    text = gpucheck.summary(tmp_path)
+        shutil.copy(REPO_ROOT / "figures" / "gpu" / f, tmp_path / f)
+    text = render.summary(tmp_path)
     assert json.loads((tmp_path / "machine.json").read_text())["device"] in text.splitlines()[0]
     assert "passed" in text and "bild_lossless" in text and "speculative_accept" in text
+
+
+def test_without_cuda_it_lists_its_plan_and_refuses_at_once(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        check.main(["--plan"])
+    assert "needs a CUDA GPU" in str(e.value) and "nothing was run" in str(e.value)
+    plan = capsys.readouterr().out
+    assert all(f"- {part}:" in plan for part in check.PLAN)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        check.main(["--out", "/nonexistent/never-written"])  # before anything is loaded or written
+    check.main(["--plan", "--device", "cpu"])  # the plan alone, no refusal
+
+
+def test_parts_on_cpu(tmp_path):
+    """Every part but the kernels' benchmark (CUDA only) runs on CPU, and the folder renders."""
+    check.main(["--device", "cpu", "--out", str(tmp_path), "--parts", "fig4", "steps", "--fig4-n", "3",
+                "--rounds", "1"])
+    steps = pd.read_csv(tmp_path / "steps.csv")
+    assert set(steps["engine"]) == {"hf", "lean"} and set(steps["dtype"]) == {"float32", "bfloat16"}
+    t1 = pd.read_csv(tmp_path / "fig4_table1.csv")
+    assert {"model", "regime", "speedup"} <= set(t1.columns) and t1["n"].eq(3).all()
+    assert "Table 1 from fig4's sweep" in (tmp_path / "summary.md").read_text()

@@ -1,0 +1,3 @@
+from bildlib.gpu.check import main
+
+main()
