@@ -410,6 +410,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "targets-detail": lambda r: _bench().targets_block(r),  # docs/results.md
     "tutorial": tutorial,  # docs/teaching.md
     "table2-lm": lambda r: _table2().block(r), "lm-pair": lambda r: _table2().pair_block(r),
+    "table2-lm-student": lambda r: _table2().block(r, "figures/lm-student"),  # docs/language-modelling.md
+    "lm-targets": lambda r: _table2().targets_block(r),
     "batch": lambda r: _batchbench().block(r),  # README; docs/batching.md:
     "batch-detail": lambda r: _batchbench().detail_block(r),
     "batch-exact": lambda r: _batchbench().exact_block(r),

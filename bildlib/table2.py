@@ -148,3 +148,34 @@ def pair_block(root) -> str:
                      f"{tr['wall_s'] / 60:.1f} min, {tr['epochs']} epochs"])  # fmt: skip
     return R._table(["model", "layers × width", "parameters", "val perplexity", "greedy BLEU, val",
                      "ms / token (CPU, float32)", "training (2 CPU threads)"], rows)  # fmt: skip
+
+
+def best_within(points: pd.DataFrame, tol: float = 0.5) -> pd.Series | None:
+    """The fastest BiLD point of table2_lm_points.csv whose measured BLEU is within tol of vanilla
+    large's (the paper's point rule), or None."""
+    base = points.loc[points["label"] == "vanilla-large", "score"].iloc[0]
+    ok = points[(points["method"] == "bild") & (points["score"] >= base - tol)]
+    return ok.loc[ok["speedup"].idxmax()] if len(ok) else None
+
+
+def targets_block(root, folders=(("small model", "figures"), ("student", "figures/lm-student"))) -> str:
+    """docs/language-modelling.md's targets for the decoder-only pair, per small model: BiLD within
+    0.5 BLEU at 1.5× or more, and a policy perplexity below the large model's at some α_FB."""
+    from bildlib import report as R
+
+    lines = []
+    for who, folder in folders:
+        pts, t = R._csv(root, f"{folder}/table2_lm_points.csv"), R._csv(root, f"{folder}/table2_lm.csv")
+        b = best_within(pts)
+        large = t.loc[t["row"] == "vanilla large", "perplexity"].iloc[0]
+        low = t[t["row"] == "BiLD"].sort_values("perplexity").iloc[0]
+        fast = "none"
+        if b is not None:
+            rb = "no rollback" if pd.isna(b["rollback"]) else f"α_RB {b['rollback']:g}"
+            ci = f"[{b['speedup_lo']:.2f}, {b['speedup_hi']:.2f}]"
+            fast = f"{b['speedup']:.2f}× {ci} (α_FB {b['fallback']:g}, {rb}; BLEU {b['score']:.2f})"
+        lines.append(f"- **{who}** (`{folder}/`): fastest BiLD within 0.5 BLEU {fast}; target 1.5×, "
+                     f"{'reached' if b is not None and b['speedup'] >= 1.5 else 'missed'}. Lowest policy "
+                     f"perplexity {low['perplexity']:.2f} (α_FB {low['fallback']:g}) against vanilla large's "
+                     f"{large:.2f}: {'below' if low['perplexity'] < large else 'not below'}.")  # fmt: skip
+    return "\n".join(lines)

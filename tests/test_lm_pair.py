@@ -161,3 +161,25 @@ def test_a_decoder_only_student_distils_from_its_teacher(tiny_lm, tmp_path):
     kd = dataclasses.replace(cfg, out=str(tmp_path / "kd"), epochs=1, teacher=cfg.out, kd_lambda=0.5, seed=3)
     log = T.train(kd, progress=False)
     assert log["config"]["teacher"] == cfg.out and math.isfinite(log["epochs"][0]["val_ppl"])
+
+
+def test_lm_targets_read_the_fastest_point_within_half_a_bleu(tmp_path):
+    """table2.targets_block: the fastest BiLD point within 0.5 BLEU of vanilla large (speculative
+    rows and farther points left out), and whether some α_FB's perplexity beats the large model's."""
+    pts = pd.DataFrame({
+        "label": ["vanilla-large", "bild-a", "bild-b", "bild-c", "speculative-w3"],
+        "method": ["vanilla", "bild", "bild", "bild", "speculative"],
+        "score": [30.0, 29.6, 29.4, 29.9, 30.0], "speedup": [1.0, 1.6, 2.5, 1.2, 3.0],
+        "speedup_lo": [1.0, 1.5, 2.4, 1.1, 2.9], "speedup_hi": [1.0, 1.7, 2.6, 1.3, 3.1],
+        "fallback": [None, 0.3, 0.2, 0.5, None], "rollback": [None, 2.0, 1.0, None, None],
+    })  # fmt: skip
+    assert table2.best_within(pts)["label"] == "bild-a"  # bild-b is 0.6 below; speculative is not BiLD
+    assert table2.best_within(pts, tol=0.05) is None
+    t = pd.DataFrame({"row": ["vanilla large", "BiLD", "BiLD"], "perplexity": [11.0, 10.9, 12.0],
+                      "fallback": [None, 0.9, 0.3]})  # fmt: skip
+    (tmp_path / "f").mkdir()
+    pts.to_csv(tmp_path / "f" / "table2_lm_points.csv", index=False)
+    t.to_csv(tmp_path / "f" / "table2_lm.csv", index=False)
+    text = table2.targets_block(tmp_path, (("student", "f"),))
+    assert "1.60× [1.50, 1.70] (α_FB 0.3, α_RB 2; BLEU 29.60); target 1.5×, reached" in text
+    assert "10.90 (α_FB 0.9) against vanilla large's 11.00: below" in text
