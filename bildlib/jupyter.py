@@ -27,8 +27,10 @@ EXTRA_KEYS = tuple(f"metadata.language_info.{k}" for k in LAB_WRITES)
 HOOK = "--ContentsManager.pre_save_hook=bildlib.jupyter.strip_before_save"
 # Lab asks on first start whether to fetch Jupyter's news feed, and checks PyPI for a newer Lab: a
 # pop-up over the tutorial, and requests a laptop offline cannot make. Both off (JupyterLab's docs,
-# "Announcements"): news_url None disables the feed and its question
+# "Announcements"): no feed and no update check here, and the plugin that asks is disabled by the
+# page config in CONFIG (news_url None alone still showed the question in Lab 4.6)
 QUIET = ("--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
+CONFIG = Path(__file__).resolve().parent / "jupyter_config"  # labconfig/page_config.json
 
 
 # the keys nbstripout's command line drops by default (its strip_output does not add them itself)
@@ -65,9 +67,17 @@ def command(*extra: str) -> list[str]:
     return [jupyter, "lab", f"--ServerApp.root_dir={REPO_ROOT}", HOOK, *QUIET, *root, *extra]
 
 
+def environment(base: dict | None = None) -> dict:
+    """The environment make lab starts Jupyter in: base (os.environ) with CONFIG first on
+    JUPYTER_CONFIG_PATH, so Lab reads its page config (nothing is written to the user's config)."""
+    env = dict(os.environ if base is None else base)
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(CONFIG), env.get("JUPYTER_CONFIG_PATH")]))
+    return env
+
+
 def main(argv: list[str] | None = None) -> None:
     cmd = command(*(sys.argv[1:] if argv is None else argv))
-    os.execv(cmd[0], cmd)
+    os.execve(cmd[0], cmd, environment())
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def git_status() -> str:
 def start_lab(port: int, token: str, log) -> subprocess.Popen:
     from bildlib import jupyter
 
-    env = {k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"}
+    env = jupyter.environment({k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"})
     cmd = jupyter.command("--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                           f"--IdentityProvider.token={token}",  # news and update checks: off in command()
                           "--LabApp.expose_app_in_browser=True")  # window.jupyterapp: the notebook's model
