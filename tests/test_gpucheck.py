@@ -57,6 +57,7 @@ def test_without_cuda_it_lists_its_plan_and_refuses_at_once(monkeypatch, capsys)
     with pytest.raises(SystemExit) as e:
         check.main(["--plan"])
     assert "needs a CUDA GPU" in str(e.value) and "nothing was run" in str(e.value)
+    assert "python -m bildlib.gpu --device cpu" in str(e.value)  # a command that exists
     plan = capsys.readouterr().out
     assert all(f"- {part}:" in plan for part in check.PLAN)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):

@@ -27,7 +27,8 @@ import torch
 
 from bildlib import REPO_ROOT
 from bildlib.data import atomic_path
-from bildlib.gpu.lossless import lossless, write_csv
+from bildlib.evaluate import device_name
+from bildlib.gpu.lossless import lossless
 from bildlib.gpu.render import FOLDER, summary
 
 PLAN = {  # part: what it runs and writes (the kernel tests run before, from the Makefile)
@@ -55,7 +56,7 @@ def versions() -> dict:
 def machine(device: torch.device) -> dict:
     cuda = device.type == "cuda"
     return {
-        "device": torch.cuda.get_device_name(device) if cuda else platform.processor() or platform.machine(),
+        "device": device_name(device),
         "cuda": torch.version.cuda if cuda else None,
         "platform": platform.platform(),
         "date": time.strftime("%Y-%m-%d"),
@@ -66,10 +67,11 @@ def machine(device: torch.device) -> dict:
 def steps(device, out: Path, rounds: int = 10) -> pd.DataFrame:
     """steps.csv: per-call latency of both engines on the shipped pair, in float32 and bfloat16."""
     from bildlib import callbench
+    from bildlib.plots import save_table
 
     runs = [callbench.bench(device=str(device), dtype=d, rounds=rounds) for d in ("float32", "bfloat16")]
     df = pd.concat(runs)
-    write_csv(df.round(4), out / "steps.csv")
+    save_table(df, "steps", out)
     return df
 
 
@@ -78,13 +80,14 @@ def fig4(device, out: Path, n: int = 50) -> pd.DataFrame:
     from bildlib import analysis as A
     from bildlib import experiments as X
     from bildlib import notebook
+    from bildlib.plots import save_table
 
     grid = X.bild_grid("multi30k", fallbacks=[0.3, 0.5], rollbacks=[1.0])
     with tempfile.TemporaryDirectory() as cache:  # timed afresh, and nothing left in data/results
         df = X.sweep("multi30k", grid, n_examples=n, device=str(device), results=Path(cache), progress=False)
     s = A.summarize(df)
     table = A.summary_table(s)
-    write_csv(table.assign(**A.run_info(s)), out / "fig4_table1.csv")
+    save_table(table.assign(**A.run_info(s)), "fig4_table1", out)  # as notebooks/fig4 writes table1.csv
     with atomic_path(out / "fig4_checks.json") as tmp:
         tmp.write_text(json.dumps(notebook.sweep_checks(s, df), indent=1, default=str) + "\n")
     return table
@@ -96,7 +99,7 @@ def refusal() -> str | None:
         return None
     return (f"make gpu-check needs a CUDA GPU, and torch {torch.__version__} sees none on this machine "
             "(torch.cuda.is_available() is False), so nothing was run. What it would run is listed "
-            "above; its logic runs on CPU with: python -m bildlib.gpucheck --device cpu --n 4")  # fmt: skip
+            "above; its logic runs on CPU with: python -m bildlib.gpu --device cpu --n 4")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

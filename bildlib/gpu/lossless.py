@@ -18,11 +18,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from bildlib.data import atomic_path
-
 SETTINGS = (("float32", "hf"), ("float32", "lean"), ("bfloat16", "lean"), ("bfloat16", "hf"))
-
-
 DECODERS = ("vanilla", "bild_lossless", "bild_default")
 
 
@@ -83,6 +79,7 @@ def lossless(device, n: int, warmup: int, settings=SETTINGS, out: Path | None = 
     """bild.csv's rows (see the module's docstring), written after each setting when `out` is set."""
     from bildlib.data import load
     from bildlib.models import load_tokenizer
+    from bildlib.plots import save_table
     from bildlib.presets import PRESETS
 
     if not 0 <= warmup < n:
@@ -106,13 +103,7 @@ def lossless(device, n: int, warmup: int, settings=SETTINGS, out: Path | None = 
             err = f"{type(e).__name__}: {e}"
             rows.append({"dtype": dtype, "engine": engine, "decoder": "", "error": err})
         if out is not None:
-            write_csv(pd.DataFrame(rows), out / "bild.csv")
+            save_table(pd.DataFrame(rows), "bild", out)
         shown = pd.DataFrame(rows).drop(columns=["signature"], errors="ignore")
         print(shown.to_string(index=False), flush=True)
     return pd.DataFrame(rows)
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
-

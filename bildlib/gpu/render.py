@@ -58,7 +58,8 @@ def block(root: Path, folder: str = FOLDER) -> str:
         krows.append([f"`{op}`", *(f"{r.torch_us:.0f} → {r.triton_us:.0f}" for r in g.itertuples())])
     heads = [f"{r.dtype}, V {r.V:,}" for r in g.itertuples()]
     wins = (k["speedup"] > 1).sum()
-    more = _steps(out) + _fig4(root, folder) if (out / "steps.csv").exists() else []
+    more = (_steps(out) if (out / "steps.csv").exists() else []) + (
+        _fig4(root, folder) if (out / "fig4_table1.csv").exists() else [])  # parts an older run lacks
     return "\n".join([
         f"Run {m['date']} on one {m['device']} (CUDA {m['cuda']}, torch {v['torch']}, Triton {v['triton']}, "
         f"transformers {v['transformers']}) with `make gpu-check`; files in `{folder}/`.",
