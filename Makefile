@@ -37,11 +37,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $@
 
 # JupyterLab from the venv, on the checkout, the tutorial open (README, "Start here"); it saves the
-# notebooks of notebooks/ without outputs (bildlib.jupyter). The data is found without BILD_DATA_DIR:
+# notebooks of notebooks/ without outputs (bildlib.notebook.jupyter). The data is found without BILD_DATA_DIR:
 # val and the test splits ship in data/multi30k/.
 LAB_ARGS ?=
 lab: $(STAMP)
-	$(BIN)/python -m bildlib.jupyter $(LAB_ARGS) notebooks/tutorial.ipynb
+	$(BIN)/python -m bildlib.notebook.jupyter $(LAB_ARGS) notebooks/tutorial.ipynb
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -61,7 +61,7 @@ test-lab: $(STAMP)
 # does. Sweeps are cached in data/results, keyed by their members: fig10, fig8 and latency_scatter
 # reuse fig4's sweep.
 NOTEBOOKS := fig4 fig2 fig5 fig9 fig10 latency_scatter table3 table5 fig8 peers
-# A paper preset on a GPU: make figures PRESET=cnndm-t5 DEVICE=cuda (prints bildlib.plan's projection first).
+# A paper preset on a GPU: make figures PRESET=cnndm-t5 DEVICE=cuda (prints bildlib.experiments.preflight's projection first).
 PRESET ?=
 DEVICE ?=
 PM_ARGS += $(if $(PRESET),-p preset $(PRESET)) $(if $(DEVICE),-p device $(DEVICE))
@@ -76,7 +76,7 @@ fig4: $(STAMP)
 
 figures: $(STAMP)
 	@mkdir -p build/notebooks
-	$(BIN)/python -m bildlib.plan --preset $(or $(PRESET),multi30k) --device $(or $(DEVICE),cpu)
+	$(BIN)/python -m bildlib.experiments.preflight --preset $(or $(PRESET),multi30k) --device $(or $(DEVICE),cpu)
 	@for nb in $(NOTEBOOKS); do \
 	  $(PAPERMILL) notebooks/$$nb.ipynb build/notebooks/$$nb.ipynb || exit 1; done
 	$(FIG4_AUTHORS)
@@ -116,21 +116,21 @@ tutorial: course
 COURSE ?= build/course
 TIMEOUT ?= 300
 course: $(STAMP)
-	$(BIN)/python -m bildlib.tutorial.course build --out $(COURSE) --timeout $(TIMEOUT)
+	$(BIN)/python -m bildlib.notebook.tutorial.course build --out $(COURSE) --timeout $(TIMEOUT)
 
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "make grade SUBMISSIONS=folder: one folder per student, each with its notebook"; exit 2; }
-	$(BIN)/python -m bildlib.tutorial.course grade $(SUBMISSIONS) --out $(COURSE) --timeout $(TIMEOUT)
+	$(BIN)/python -m bildlib.notebook.tutorial.course grade $(SUBMISSIONS) --out $(COURSE) --timeout $(TIMEOUT)
 
 # The paper presets offline (docs/paper-checkpoints.md): every paper preset through every notebook that
 # takes it, on random models of the checkpoints' shapes and datasets in the hub's schema, n = 2, CPU,
 # into build/dryrun/ (dryrun.csv lists every run; tests/test_paper.py runs its covering subset, --covering).
 paper-dryrun: $(STAMP)
-	$(BIN)/python -m bildlib.paper.dryrun
+	$(BIN)/python -m bildlib.experiments.paper.dryrun
 
-# README's result blocks from the committed CSVs and JSON (bildlib.report; a test checks them).
+# README's result blocks from the committed CSVs and JSON (bildlib.reports.readme; a test checks them).
 report: $(STAMP)
-	$(BIN)/python -m bildlib.report
+	$(BIN)/python -m bildlib.reports
 
 # The benchmark bars (docs/engines.md): the peers notebook, BiLD against transformers' generate and
 # assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences), once in
@@ -138,7 +138,7 @@ report: $(STAMP)
 # into figures/peers/val-float32/ (about 20 min each on 2 CPU cores). PEERS_ARGS is the grid; the
 # committed runs used this default; PEERS_ARGS= runs the notebook's full grid.
 # Each run also times CTranslate2's greedy decoding of the large checkpoint (converted by make ct2
-# into build/ct2/), in a process of its own, alternated with ours, into ct2.csv (bildlib.ct2peer).
+# into build/ct2/), in a process of its own, alternated with ours, into ct2.csv (bildlib.bench.ct2peer).
 PEERS_ARGS ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [1.0], assisted: [[8, 0.4]], verify_below: [0.8, 0.9]}'
 PEERS_OUT ?= figures/peers/val
 bench: ct2
@@ -150,7 +150,7 @@ bench: ct2
 
 # The shipped large checkpoint converted for CTranslate2 (lossless float32) into build/ct2/.
 ct2: $(STAMP)
-	$(BIN)/python -m bildlib.ct2peer convert data/checkpoints/multi30k-large
+	$(BIN)/python -m bildlib.bench.ct2peer convert data/checkpoints/multi30k-large
 
 # fig4's sweep over all of val on another grid, into build/figures/bench/ (docs/history.md has the
 # earlier runs made this way, before the lean engine).
@@ -165,25 +165,25 @@ bench-grid: $(STAMP)
 # (float32), then sentences per second at batch 1-32 on the first 512 val sentences, into
 # figures/batch/ (about 3 + 15 min on 2 CPU cores; an interrupted run resumes per batch size).
 bench-batch: $(STAMP)
-	$(BIN)/python -m bildlib.batchbench --check --out figures/batch
-	$(BIN)/python -m bildlib.batchbench --out figures/batch
+	$(BIN)/python -m bildlib.bench.batchbench --check --out figures/batch
+	$(BIN)/python -m bildlib.bench.batchbench --out figures/batch
 
 # On a CUDA machine (docs/engines.md, "On a GPU"; about 5 min on an H200): the Triton kernels' tests
-# compiled for the GPU, then bildlib.gpu's parts (its --plan lists them: the kernels' benchmark, the
+# compiled for the GPU, then bildlib.bench.gpu's parts (its --plan lists them: the kernels' benchmark, the
 # engines' calls, fig4's sweep, lossless BiLD in each dtype and engine), into figures/gpu/. Without a
 # GPU it stops at once and says so. It finishes the check after failed kernel tests, then fails.
 GPU_CHECK_OUT ?= figures/gpu
 GPU_CHECK_N ?= 200
 gpu-check: $(STAMP)
-	$(BIN)/python -m bildlib.gpu --plan
+	$(BIN)/python -m bildlib.bench.gpu --plan
 	@mkdir -p $(GPU_CHECK_OUT)
 	set -o pipefail; BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_kernels_triton.py 2>&1 | tee $(GPU_CHECK_OUT)/kernel-tests.txt; t=$$?; \
-	  $(BIN)/python -m bildlib.gpu --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
+	  $(BIN)/python -m bildlib.bench.gpu --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)
-	$(BIN)/python -m bildlib.tokenizer --out data/checkpoints/multi30k-tokenizer
+	$(BIN)/python -m bildlib.data.tokenizer --out data/checkpoints/multi30k-tokenizer
 
 # Retrains the shipped pair (model cards give the times): large, its greedy outputs on train
 # (the calibration set), small, aligned small; then re-measures the cards. Each run resumes
@@ -204,16 +204,16 @@ models: $(STAMP)
 models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
-	$(BIN)/python -m bildlib.modelcard_ee
+	$(BIN)/python -m bildlib.reports.modelcard_ee
 
 # The student, the small model made for BiLD (docs/data-and-models.md, Students): the winner of
 # notebooks/small_models.ipynb, the small shape distilled from the shipped large's top 32 on its
 # greedy outputs (bildlib.train.distill, train.topk; about 25 min on 2 CPU cores), then its card
-# (bildlib.modelcard_student, into data/checkpoints/cards/). Not committed (the tree's 63 MB budget);
+# (bildlib.reports.modelcard_student, into data/checkpoints/cards/). Not committed (the tree's 63 MB budget);
 # the run resumes from its last finished epoch.
 models-student: $(STAMP)
 	$(TRAIN) multi30k-student-top32 $(TRAIN_ARGS)
-	$(BIN)/python -m bildlib.modelcard_student
+	$(BIN)/python -m bildlib.reports.modelcard_student
 
 # The other candidate students of notebooks/small_models.ipynb (kd: the first student, the teacher
 # in the training loop), then PET's ablations (notebooks/pet.ipynb), in train.config.CANDIDATES and
@@ -264,7 +264,7 @@ models-lm: $(STAMP)
 	$(TRAIN) multi30k-lm-large $(TRAIN_ARGS)
 	$(TRAIN) multi30k-lm-small $(TRAIN_ARGS)
 	$(TRAIN) multi30k-lm-student $(TRAIN_ARGS)
-	$(BIN)/python -m bildlib.modelcard_lm
+	$(BIN)/python -m bildlib.reports.modelcard_lm
 
 # Table 2 (perplexity under fallback-only BiLD) and the decoder-only frontier into figures/
 # (needs make models-lm; PRESET=wikitext2-gpt2 runs GPT-2 on WikiText-2 from the hub instead)
@@ -279,7 +279,7 @@ figures-lm-student: $(STAMP)
 	  notebooks/table2_lm.ipynb build/notebooks/table2_lm-student.ipynb
 
 cards: $(STAMP)
-	$(BIN)/python -m bildlib.modelcard
+	$(BIN)/python -m bildlib.reports.modelcard
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,11 +1,48 @@
-"""bildlib: reproduce Big Little Decoder (Kim et al., NeurIPS 2023)."""
+"""bildlib: reproduce Big Little Decoder (Kim et al., NeurIPS 2023).
 
+Subpackages, by concept: data (splits, hub datasets, tokenizer), models (the three-method model
+interface, lean engine), decoding (BiLD and its peers), experiments (presets, sweeps, the cache, the
+paper presets' dry run), analysis (metrics, intervals, costs, committed tables), plots (the figures),
+bench (measurements beyond the sweeps, the GPU check), reports (README blocks, model cards), train
+(the models and students), notebook (what notebooks and JupyterLab share), tutorial (the course),
+and kernels (Triton, imported as bildlib.kernels).
+"""
+
+import os
 from pathlib import Path
 
 __version__ = "0.1.0"
 
-# The checkout's root: data/, notebooks/ and figures/ live beside the package.
-REPO_ROOT = Path(__file__).resolve().parent.parent
+HOME = "BILD_HOME"  # a checkout (or a copy of its data/) to read checkpoints, data and figures from
+
+
+def _root() -> tuple[Path, str]:
+    """(the folder holding data/, notebooks/ and figures/, how it was found): $BILD_HOME; else the
+    checkout the package was imported from (an editable install); else the checkout holding the
+    working directory (an installed wheel run from a clone); else the working directory, marked."""
+    if v := os.environ.get(HOME):
+        return Path(v).expanduser().resolve(), f"${HOME}"
+    here = Path(__file__).resolve().parent.parent
+    if (here / "data" / "checkpoints").is_dir():
+        return here, "the checkout bildlib was imported from"
+    cwd = Path.cwd().resolve()
+    for p in (cwd, *cwd.parents):
+        if (p / "data" / "checkpoints").is_dir() and (p / "bildlib").is_dir():
+            return p, "the checkout holding the working directory"
+    return cwd, ""
+
+
+REPO_ROOT, ROOT_FOUND_BY = _root()
+
+
+def where() -> str:
+    """Where bildlib reads shipped checkpoints and data from, said in the errors of a missing file."""
+    if not ROOT_FOUND_BY:
+        return (f"bildlib (installed in {Path(__file__).resolve().parent}) found no checkout: none holds it "
+                f"or the working directory; run from a clone of the repository, or set ${HOME} to one")
+    if not (REPO_ROOT / "data" / "checkpoints").is_dir():
+        return f"{ROOT_FOUND_BY} is {REPO_ROOT}, which has no data/checkpoints/"
+    return f"shipped files are read from {REPO_ROOT} ({ROOT_FOUND_BY})"
 
 
 def repo_relative(path) -> str:

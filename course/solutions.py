@@ -1,9 +1,9 @@
 """Solutions to the tutorial's exercises (notebooks/tutorial.ipynb), for instructors. Students: try first.
 
 They live outside the bildlib package, so an installed bildlib cannot import them. `make course`
-(bildlib.tutorial.course) puts each function's body into the nbgrader source notebook as its
+(bildlib.notebook.tutorial.course) puts each function's body into the nbgrader source notebook as its
 exercise's solution; `make tutorial` runs that notebook; the tests hold the checks
-(bildlib.tutorial.checks) to these.
+(bildlib.notebook.tutorial.checks) to these.
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def sentences(n, seed):
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     """The tiny models saved under PRESET's hub names (pass as $BILD_MODELS)."""
-    from bildlib import presets
+    from bildlib.experiments import presets
 
     root = tmp_path_factory.mktemp("hub")
     p = presets.PRESETS[PRESET]
@@ -178,7 +178,8 @@ def mirror(tmp_path_factory):
 @pytest.fixture
 def env(mirror, tmp_path, monkeypatch):
     """PRESET on the tiny models (max 10 new tokens) and 12 stand-in pairs; returns a results folder."""
-    from bildlib import data, presets
+    from bildlib import data
+    from bildlib.experiments import presets
 
     monkeypatch.setenv("BILD_MODELS", str(mirror))
     monkeypatch.setitem(

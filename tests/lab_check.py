@@ -4,10 +4,10 @@ browser is downloaded), Run → Run All Cells, then File → Save.
 
 It asserts on the notebook as Lab holds it after the run (its model, read in the page): every
 code cell ran, no cell raised, the inline figures are there. Then `git status` must be as before
-(Lab saves the project's notebooks as git has them: bildlib.jupyter). The notebook's bytes are put
+(Lab saves the project's notebooks as git has them: bildlib.notebook.jupyter). The notebook's bytes are put
 back at the end; the screenshots and the notebook with its outputs go to build/lab/.
 
-Lab starts as make lab starts it (bildlib.jupyter.command), with no BILD_DATA_DIR, as when a user
+Lab starts as make lab starts it (bildlib.notebook.jupyter.command), with no BILD_DATA_DIR, as when a user
 types it: the data must be found in the repository. make test-lab runs it: `python tests/lab_check.py`."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def git_status() -> str:
 
 
 def start_lab(port: int, token: str, log) -> subprocess.Popen:
-    from bildlib import jupyter
+    from bildlib.notebook import jupyter
 
     env = jupyter.environment({k: v for k, v in os.environ.items() if k != "BILD_DATA_DIR"})
     cmd = jupyter.command("--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from bildlib import train as T
-from bildlib.evaluate import greedy_ids
+from bildlib.analysis.evaluate import greedy_ids
 from bildlib.models import load_tokenizer
 from bildlib.train import agreement as G
 from test_train import tiny
@@ -28,7 +28,7 @@ def test_ece_and_the_reliability_diagram_by_hand():
 def test_a_model_agrees_with_its_own_greedy_outputs(tmp_path, multi30k_dir):
     """Teacher-forced on its own greedy outputs, a model's argmax is the next token everywhere
     (an off-by-one between logits and targets would break this); another model agrees less."""
-    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(T.TrainConfig.tokenizer))
     a, b = (T.build_model(tiny(tmp_path, seed=s), tok).eval() for s in (0, 1))
     sources = T.data.load_multi30k("val").sources[:6]
     ids = greedy_ids(a, tok, sources, batch_size=4, max_new_tokens=12)

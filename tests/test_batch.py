@@ -15,7 +15,7 @@ from bildlib.decoding.batch import bild_batch, speculative_batch, vanilla_batch
 from bildlib.experiments import measure
 from bildlib.models import LM, load_pair
 from bildlib.models.batch import LeanT5Batch, Looped, batched
-from bildlib.tutorial.fakes import EOS, FakeLM, peaked
+from bildlib.notebook.tutorial.fakes import EOS, FakeLM, peaked
 from conftest import PRESET, REPO, perturbed, save_tiny, tiny_model
 
 # bild settings covering every branch: Algorithm 1, lossless, the ablations, the authors' rules,
@@ -148,7 +148,7 @@ def test_decoder_only_runs_looped(tmp_path):
 
 def test_shipped_pair_rows_at_batch_8(shipped):  # noqa: F811
     """The shipped pair in fp32, batch 8 over 24 val sentences: lossless and Algorithm 1 rows
-    equal bild alone (all of val: python -m bildlib.batchbench --check)."""
+    equal bild alone (all of val: python -m bildlib.bench.batchbench --check)."""
     small, large, srcs = shipped
     srcs = srcs[:24]
     for kw in (dict(fallback=0.5, rollback=1.0, distance="exact"), dict(fallback=0.5, rollback=3.0)):
@@ -250,7 +250,7 @@ def test_sweeps_take_a_batch_size(env, monkeypatch):
 def test_batchbench_checks_times_and_renders(shipped, tmp_path):  # noqa: F811
     """The benchmark end to end on a few val sentences: its check, its table (every batched row
     equal to the batch-1 decoder's), its README and docs blocks from the files it wrote."""
-    from bildlib import batchbench
+    from bildlib.bench import batchbench
 
     out = tmp_path / "figures" / "batch"
     assert batchbench.main(["--check", "--n", "8", "--out", str(out)]) == 0
@@ -261,8 +261,10 @@ def test_batchbench_checks_times_and_renders(shipped, tmp_path):  # noqa: F811
     cases = json.loads((out / "exact.json").read_text())["cases"]
     assert len(cases) == 5 and all(c["rows"] == 8 and c["differ"] == [] for c in cases.values())
     assert not list((out / ".partial").glob("*.json"))  # a finished run keeps no parts
-    assert "| 4 |" in batchbench.block(tmp_path) and "8 of 8 rows equal" in batchbench.exact_block(tmp_path)
-    assert "BiLD best, eager" in batchbench.detail_block(tmp_path)
+    from bildlib.reports import batch  # the blocks, from the files the run wrote
+
+    assert "| 4 |" in batch.block(tmp_path) and "8 of 8 rows equal" in batch.exact_block(tmp_path)
+    assert "BiLD best, eager" in batch.detail_block(tmp_path)
     with pytest.raises(SystemExit):
         batchbench.main(["--batches", "0"])
 

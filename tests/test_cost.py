@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bildlib import cost, roofline
 from bildlib import experiments as X
-from bildlib import sampled as S
+from bildlib.analysis import cost, roofline
+from bildlib.analysis import sampled as S
 from bildlib.models import LM
 from conftest import PRESET, REPO, tiny_model, tiny_tokenizer
 
@@ -109,7 +109,7 @@ def test_cost_model_errors_and_the_paper_shapes():
 def test_calls_behind_a_sweeps_rows(env):
     grid = [X.bild("aligned", 0.5, 1.0)]
     df = X.sweep(PRESET, grid, n_examples=6, results=env, baseline_repeats=1, progress=False)
-    models = X.Models(X.with_checkpoints(__import__("bildlib").presets.get(PRESET), None))
+    models = X.Models(X.with_checkpoints(X.presets.get(PRESET), None))
     forward = LM.forward
     for c in (X.vanilla("large"), grid[0]):
         rows = df[df["label"] == c.label]

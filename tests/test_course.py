@@ -8,7 +8,7 @@ import re
 import nbformat
 import pytest
 
-from bildlib.tutorial import course
+from bildlib.notebook.tutorial import course
 from conftest import REPO
 
 # few sentences and timed repeats; a cell that does not hang takes 10 s at most here (the imports)
@@ -19,7 +19,7 @@ HANG_TIMEOUT = 25  # exercise 3's check hangs: it costs this
 def test_solutions_are_not_in_the_package():
     import importlib.util
 
-    assert importlib.util.find_spec("bildlib.tutorial.solutions") is None
+    assert importlib.util.find_spec("bildlib.notebook.tutorial.solutions") is None
     assert not (REPO / "bildlib" / "tutorial" / "solutions.py").exists()
     assert set(course.solution_bodies()) >= {"should_fall_back", "rollback_position", "bild_loop",
                                               "predict_speedup", "sweep_row"}  # fmt: skip
@@ -80,7 +80,7 @@ def _submission(built, edit=None, solved=False, after_setup=None, last=None):
 FORGE = """import json
 forged = {"passed": 5, "exercises": 5, "checks": {}, "solutions": False}
 (out / "tutorial_checks.json").write_text(json.dumps(forged))"""
-PATCH = """from bildlib.tutorial import checks as C, checks_loop as CL
+PATCH = """from bildlib.notebook.tutorial import checks as C, checks_loop as CL
 C.run = lambda exercise, body, *a: C.Result(exercise, True, "ok")
 CL.check_loop = lambda *a, **k: C.Result("3 BiLD loop", True, "ok")"""
 

@@ -1,4 +1,4 @@
-"""CTranslate2 as the measured peer (bildlib.ct2peer): its process never holds torch, its greedy
+"""CTranslate2 as the measured peer (bildlib.bench.ct2peer): its process never holds torch, its greedy
 output is bildlib's vanilla greedy on the same checkpoint, the comparison alternates the two
 processes on the same sentences and resumes, and a missing extra says which one."""
 
@@ -6,9 +6,11 @@ import sys
 
 import pytest
 
-from bildlib import ct2peer, data, presets
+from bildlib import data
 from bildlib import experiments as X
+from bildlib.bench import ct2peer
 from bildlib.decoding import vanilla
+from bildlib.experiments import presets
 from conftest import REPO
 
 LARGE = REPO / "data" / "checkpoints" / "multi30k-large"

@@ -9,7 +9,7 @@ import torch
 
 from bildlib import decoding as D
 from bildlib.models import LM, check_pair, load_pair
-from bildlib.tutorial.fakes import Markov  # next-token logits from the previous token only
+from bildlib.notebook.tutorial.fakes import Markov  # next-token logits from the previous token only
 from conftest import REPO, TINY_VOCAB, perturbed, run_python, save_tiny, tiny_model, tiny_tokenizer
 
 N_INPUTS = 50

@@ -41,7 +41,7 @@ def _by_hand(student, teacher, labels, lam, temperature):
 
 
 def test_kd_loss_on_a_tiny_model_against_a_hand_computed_kl(tmp_path, multi30k_dir):
-    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(T.TrainConfig.tokenizer))
     student = T.build_model(tiny(tmp_path), tok).eval()
     teacher = T.build_model(tiny(tmp_path, seed=1), tok).eval()
     pairs = T.data.load_multi30k("val").pairs[:3]
@@ -128,7 +128,7 @@ def test_the_student_is_a_third_small_model_of_the_preset(tmp_path):
     """multi30k's student (make models-student) runs where the small and aligned models do; a
     missing one says how to build it, and a paper preset has none."""
     from bildlib import experiments as X
-    from bildlib import presets
+    from bildlib.experiments import presets
     from bildlib.experiments.runner import with_checkpoints
 
     p = dataclasses.replace(presets.get("multi30k"), student="data/checkpoints/not-built-student")

@@ -221,7 +221,7 @@ def test_tracked_files_stay_under_63_mb():
 def test_early_exit_configurations_and_their_errors():
     import dataclasses
 
-    from bildlib import presets
+    from bildlib.experiments import presets
     from bildlib.experiments.config import Config
 
     c = Config("calm", "calm", threshold=0.9, tau=4.0, measure="state")
@@ -248,7 +248,7 @@ def test_early_exit_configurations_and_their_errors():
 def test_early_exit_model_card_measures_every_exit(tmp_path, multi30k_dir):
     import json
 
-    from bildlib import modelcard_ee
+    from bildlib.reports import modelcard_ee
 
     save_tiny(tiny_t5(), tmp_path / "multi30k-ee")
     cfg = {"exits": "ee", "exit_layer": 1, "optimizer": "adafactor", "lr": 0.01, "n_val": 300}
@@ -269,8 +269,7 @@ def test_models_load_more_after_the_early_exit_views(ckpt):
     """Models keeps the views apart from its (model, engine) table: every later get() still works."""
     import dataclasses
 
-    from bildlib import presets
-    from bildlib.experiments import Models
+    from bildlib.experiments import Models, presets
 
     m = Models(dataclasses.replace(presets.get("multi30k"), ee=str(ckpt), calm=str(ckpt)), engine="auto")
     small, large = m.views()

@@ -1,6 +1,6 @@
 """verify_end_below (docs/decoding.md): BiLD checks the small tokens left unchecked at the end only when
 one of them had max probability below a threshold. On fake models with known logits
-(bildlib.tutorial.fakes): a no-op when the small model ends where the large model would, and no
+(bildlib.notebook.tutorial.fakes): a no-op when the small model ends where the large model would, and no
 EOS the large model would roll back once the rule has the large model look."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from bildlib import decoding as D
 from bildlib import experiments as X
-from bildlib.tutorial.fakes import EOS, Scripted
+from bildlib.notebook.tutorial.fakes import EOS, Scripted
 
 FB, RB = 0.5, 1.0
 
@@ -131,12 +131,12 @@ def test_bad_settings_name_the_parameter():
 
 
 def test_bench_targets_pick_rows_by_rule_and_quality():
-    """bildlib.bench reads the three benchmarks off a peers table: the fastest row within 0.5 BLEU
+    """bildlib.reports.bench reads the three benchmarks off a peers table: the fastest row within 0.5 BLEU
     (lossless rows aside), lossless against tuned assisted generation, and the new end rule
     against verify_end, each within 0.5 BLEU and at equal BLEU."""
     import pandas as pd
 
-    from bildlib import bench
+    from bildlib.reports import bench
 
     def row(label, method, score, ms, verify=False, below=None, ran_on="lean", model="aligned"):
         return {"label": label, "method": method, "model": model, "score": score, "ms": ms,

@@ -8,8 +8,7 @@ import pytest
 
 from bildlib import analysis as A
 from bildlib import experiments as X
-from bildlib import presets
-from bildlib.experiments import cache, measure
+from bildlib.experiments import cache, measure, presets
 from bildlib.experiments import interleave as I
 from conftest import PRESET, run_python
 
@@ -261,7 +260,7 @@ def test_cache_key_covers_the_code_that_decides_outputs(tmp_path):
     assert {"bildlib/decoding/bild.py", "bildlib/models/lm.py", "kernels/reference.py"} <= files
     assert "bildlib/experiments/measure.py" in files and "kernels/bench.py" not in files
     v = cache.code_version(tmp_path)
-    for f in ("bildlib/analysis.py", "bildlib/plots.py", "bildlib/experiments/runner.py"):
+    for f in ("bildlib/analysis/__init__.py", "bildlib/plots/__init__.py", "bildlib/experiments/runner.py"):
         (tmp_path / f).write_text((tmp_path / f).read_text() + "\n# an edit\n")
         assert cache.code_version(tmp_path) == v, f
     for f in ("bildlib/decoding/bild.py", "bildlib/experiments/measure.py", "kernels/triton_policy.py"):

@@ -1,4 +1,4 @@
-"""make gpu-check's logic on CPU (bildlib.gpu): lossless BiLD equals vanilla, a failing setting
+"""make gpu-check's logic on CPU (bildlib.bench.gpu): lossless BiLD equals vanilla, a failing setting
 becomes a row with its error, and the docs' block refuses a run with one."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bildlib import REPO_ROOT
-from bildlib.gpu import check, lossless, render
+from bildlib.bench.gpu import check, lossless, render
 
 CPU = torch.device("cpu")
 
@@ -57,7 +57,7 @@ def test_without_cuda_it_lists_its_plan_and_refuses_at_once(monkeypatch, capsys)
     with pytest.raises(SystemExit) as e:
         check.main(["--plan"])
     assert "needs a CUDA GPU" in str(e.value) and "nothing was run" in str(e.value)
-    assert "python -m bildlib.gpu --device cpu" in str(e.value)  # a command that exists
+    assert "python -m bildlib.bench.gpu --device cpu" in str(e.value)  # a command that exists
     plan = capsys.readouterr().out
     assert all(f"- {part}:" in plan for part in check.PLAN)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
@@ -74,3 +74,24 @@ def test_parts_on_cpu(tmp_path):
     t1 = pd.read_csv(tmp_path / "fig4_table1.csv")
     assert {"model", "regime", "speedup"} <= set(t1.columns) and t1["n"].eq(3).all()
     assert "Table 1 from fig4's sweep" in (tmp_path / "summary.md").read_text()
+
+
+def test_dryrun_part_writes_its_table_and_fails_naming_the_run(tmp_path, monkeypatch):
+    from bildlib.experiments.paper import dryrun
+
+    seen = {}
+
+    def fake_run(root, plan, device):
+        seen.update(device=device, plan=plan)
+        return pd.DataFrame([{"preset": "cnndm-t5", "notebook": "fig4", "engine": "auto", "seconds": 1.5,
+                              "error": ""},
+                             {"preset": "iwslt-mt5", "notebook": "fig9", "engine": "auto", "seconds": 0.5,
+                              "error": "RuntimeError: out of memory"}])  # fmt: skip
+
+    monkeypatch.setattr(dryrun, "run", fake_run)
+    with pytest.raises(RuntimeError, match="1 of 2 dry runs failed, first iwslt-mt5 / fig9: RuntimeError"):
+        check.dryrun(CPU, tmp_path)
+    assert seen["device"] == "cpu" and seen["plan"] == dryrun.covering()
+    assert (tmp_path / "dryrun.csv").is_file()  # written before the failure is raised
+    line = render._dryrun(tmp_path)[1]
+    assert "1 of 2 runs passed (2 presets, 2 notebooks, 2 s)" in line and "iwslt-mt5 / fig9" in line

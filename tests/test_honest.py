@@ -13,9 +13,8 @@ import torch
 
 from bildlib import analysis as A
 from bildlib import experiments as X
-from bildlib import perplexity as P
-from bildlib import plan, presets
-from bildlib.experiments import measure
+from bildlib.analysis import perplexity as P
+from bildlib.experiments import measure, preflight, presets
 from bildlib.models import LM, load_pair
 from bildlib.models.batch import Looped
 from conftest import PRESET, tiny_model, tiny_tokenizer
@@ -138,18 +137,18 @@ def test_perplexity_windows_and_batch_are_whole_numbers():
 
 def test_plan_runs_for_this_machine_and_refuses_bad_arguments(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    plan.main([])
+    preflight.main([])
     assert "plan for preset multi30k on cpu" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        plan.main(["--device", "tpu"])
+        preflight.main(["--device", "tpu"])
     assert "invalid choice: 'tpu'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        plan.main(["--n-examples", "-1"])
+        preflight.main(["--n-examples", "-1"])
     assert "--n-examples must be an integer >= 1, got -1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'tpu'"):
-        plan.plan("multi30k", "tpu")
+        preflight.plan("multi30k", "tpu")
     with pytest.raises(ValueError, match="n_examples must be an integer >= 1"):
-        plan.plan("multi30k", "cpu", n_examples=0)
+        preflight.plan("multi30k", "cpu", n_examples=0)
 
 
 @pytest.mark.parametrize("device", ["meta", "mps", torch.device("meta")])
@@ -178,7 +177,7 @@ def test_end_rules_and_thresholds_read_as_meant():
 
 
 def test_batchbench_writes_figures_only_with_its_defaults(multi30k_dir, monkeypatch, tmp_path, capsys):
-    from bildlib import batchbench
+    from bildlib.bench import batchbench
     from conftest import REPO
 
     committed = {f: f.read_bytes() for f in (REPO / "figures" / "batch").iterdir() if f.is_file()}

@@ -16,8 +16,7 @@ import pytest
 
 from bildlib import analysis as A
 from bildlib import experiments as X
-from bildlib import presets
-from bildlib.experiments import busy, measure
+from bildlib.experiments import busy, measure, presets
 from conftest import PRESET, REPO, sentences
 
 NAN = math.nan
@@ -28,7 +27,8 @@ NAN = math.nan
 SWEEP = """
 import dataclasses, json, os, sys, time
 from pathlib import Path
-from bildlib import data, presets
+from bildlib import data
+from bildlib.experiments import presets
 from bildlib import analysis as A
 from bildlib import experiments as X
 from bildlib.experiments import measure

@@ -1,11 +1,11 @@
-"""bildlib.intervals: the paired bootstrap behind every interval, and the regimes decided on it."""
+"""bildlib.analysis.intervals: the paired bootstrap behind every interval, and the regimes decided on it."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from bildlib import analysis as A
-from bildlib import intervals, metrics
+from bildlib.analysis import intervals, metrics
 
 HYPS = ["a man rides a bike .", "two dogs play in the snow .", "a woman is reading a book .",
         "children run on the beach .", "a cat sleeps on a red sofa ."] * 4  # fmt: skip

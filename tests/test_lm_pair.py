@@ -1,6 +1,6 @@
 """The decoder-only pair (docs/language-modelling.md):
 training a GPT-2 on packed Multi30k texts (train.causal),
-the multi30k-lm and wikitext2-gpt2 presets, notebooks/table2_lm's pieces (bildlib.table2), and,
+the multi30k-lm and wikitext2-gpt2 presets, notebooks/table2_lm's pieces (bildlib.bench.table2), and,
 where `make models-lm` has built it, the trained pair itself."""
 
 import dataclasses
@@ -11,9 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from bildlib import REPO_ROOT, perplexity, presets, table2
+from bildlib import REPO_ROOT
 from bildlib import decoding as D
 from bildlib import train as T
+from bildlib.analysis import perplexity
+from bildlib.bench import table2
+from bildlib.experiments import presets
 from bildlib.models import LM, load_model
 from bildlib.train import causal
 

@@ -84,7 +84,7 @@ def test_git_filter_gives_back_what_git_has(tmp_path):
     import subprocess
     import sys
 
-    from bildlib import jupyter
+    from bildlib.notebook import jupyter
 
     assert nbstrip_flags() == ["--keep-id", "--extra-keys", " ".join(jupyter.EXTRA_KEYS)]  # one list of keys
     for name in ALL:
@@ -104,7 +104,7 @@ def test_lab_saves_the_project_notebooks_as_git_has_them(tmp_path):
 
     import nbformat
 
-    from bildlib import jupyter
+    from bildlib.notebook import jupyter
 
     lab = SimpleNamespace(root_dir=str(REPO))
     for name in ALL:
@@ -114,7 +114,7 @@ def test_lab_saves_the_project_notebooks_as_git_has_them(tmp_path):
     mine = {"type": "notebook", "content": lab_saved("fig4")}  # a user's own notebook keeps its outputs
     jupyter.strip_before_save(model=mine, path="scratch/fig4.ipynb", contents_manager=lab)
     assert mine["content"]["cells"][1]["outputs"]
-    assert "--ContentsManager.pre_save_hook=bildlib.jupyter.strip_before_save" in jupyter.command()
+    assert "--ContentsManager.pre_save_hook=bildlib.notebook.jupyter.strip_before_save" in jupyter.command()
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def shipped(multi30k_dir):
 
 def test_notebooks_run_end_to_end(shipped, tmp_path):
     """Every notebook's cells, with the parameters injected after its parameters cell, in one
-    process (bildlib.paper.dryrun.execute: one import of torch, where a kernel each cost about 5 s
+    process (bildlib.experiments.paper.dryrun.execute: one import of torch, where a kernel each cost about 5 s
     more here). Kernels run notebooks elsewhere: the paper dry run through papermill, the bad
     parameters through papermill's command line, the tutorial and the course under nbgrader."""
     import subprocess
@@ -139,8 +139,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "out_dir": str(tmp_path / "fig"),
         "results_dir": str(tmp_path / "res"),
     }
-    from bildlib.paper.dryrun import GRID as grid
-    from bildlib.paper.dryrun import NOTEBOOKS as TINY_GRIDS
+    from bildlib.experiments.paper.dryrun import GRID as grid
+    from bildlib.experiments.paper.dryrun import NOTEBOOKS as TINY_GRIDS
 
     # the paper dry run's small grids (fig10, fig8 and latency_scatter reuse fig4's cached rows), here
     # with table3's default seeds and two α_FB for table5 (its points are checked below)
@@ -164,7 +164,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
                 "step_rounds": 1},  # fmt: skip
     }
     plan = [(name, tiny | extra[name]) for name in NOTEBOOKS]
-    run = "\n".join(["import json, sys", "from bildlib.paper import dryrun",
+    run = "\n".join(["import json, sys", "from bildlib.experiments.paper import dryrun",
                      "for nb, params in json.load(sys.stdin): dryrun.execute(nb, params)"])  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", run], input=json.dumps(plan), cwd=REPO,
                           capture_output=True, text=True)  # fmt: skip
@@ -252,7 +252,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
                 assert (t["lossless_bleu"] == t["large_bleu"]).all()  # lossless: vanilla large's outputs
             assert len(pd.read_csv(tmp_path / "fig" / "small_models_all.csv")) == 4
             assert len(pd.read_csv(tmp_path / "fig" / "small_models_reliability.csv")) >= 2
-            from bildlib import smallmodels  # its report block, as make report renders it
+            from bildlib.bench import smallmodels  # its report block, as make report renders it
 
             text = smallmodels.block(tmp_path, "fig")
             assert "| `aligned` | 2.07 M |" in text and "lossless BiLD ≥ 1.8×: " in text
@@ -262,7 +262,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             t = pd.read_csv(tmp_path / "fig" / "pet.csv")
             assert list(t["label"]) == ["none", "pairs"] and list(t["pet_reported_bleu"]) == [34.24, 34.57]
             assert t["bleu_vs_none"].iloc[0] == 0
-            from bildlib import petstudy  # its report block, as make report renders it
+            from bildlib.reports import petstudy  # its report block, as make report renders it
 
             assert "| `pairs` | layer pairs (L1, L3), (L2, L4) | 2.07 M |" in petstudy.block(tmp_path, "fig")
             assert (t[["step_ms_float32", "step_ms_bfloat16"]] > 0).all().all()

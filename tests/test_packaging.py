@@ -1,6 +1,8 @@
 """bildlib installs as one package; its kernels import only as bildlib.kernels."""
 
 import importlib.util
+import os
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,96 @@ def test_kernels_import_without_triton(tmp_path):
 def test_kernels_import_with_triton(tmp_path):
     out = run_python("import triton, bildlib.kernels as k; print(k.HAS_TRITON)", cwd=tmp_path).stdout.split()
     assert out == ["True"]
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory):
+    """A wheel built from a copy of the package's sources, installed into a fresh venv; deps come
+    from this environment's site-packages on PYTHONPATH (.pth files there, such as an editable
+    install's, are not read from PYTHONPATH, so only the wheel's bildlib is importable)."""
+    import shutil
+    import site
+    import subprocess
+    import sys
+    import zipfile
+
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    for name in ("bildlib", "kernels"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"),
+                    str(src)], check=True, capture_output=True)  # fmt: skip
+    (whl,) = (tmp / "dist").glob("bildlib-*.whl")
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (purelib,) = venv.glob("lib/python*/site-packages")
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(purelib), str(whl)],
+                   check=True)
+    deps = os.pathsep.join(p for p in site.getsitepackages() if Path(p).is_dir())
+    return {"names": zipfile.ZipFile(whl).namelist(), "python": str(venv / "bin" / "python"),
+            "env": {**os.environ, "PYTHONPATH": deps}, "site": purelib}  # fmt: skip
+
+
+def _in_venv(w, code: str, cwd: Path, **env) -> list[str]:
+    import subprocess
+
+    proc = subprocess.run([w["python"], "-c", code], cwd=cwd, env={**w["env"], **env}, capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    return proc.stdout.strip().splitlines()
+
+
+def test_the_wheel_holds_every_subpackage_and_its_data(wheel_venv):
+    names = wheel_venv["names"]
+    packages = sorted(str(p.parent.relative_to(REPO)) for p in (REPO / "bildlib").rglob("__init__.py"))
+    for pkg in packages:
+        assert f"{pkg}/__init__.py" in names, f"the wheel lacks {pkg}"
+    assert "bildlib/kernels/triton_policy.py" in names and not any(n.startswith("kernels/") for n in names)
+    for f in ("bildlib/experiments/paper/shapes.json",
+              "bildlib/notebook/jupyter_config/labconfig/page_config.json"):
+        assert f in names, f"the wheel lacks {f}"
+    assert len(packages) >= 10  # found, not listed
+
+
+def test_the_installed_wheel_imports_every_module(wheel_venv, tmp_path):
+    code = (
+        "import importlib, pathlib, bildlib\n"
+        "root = pathlib.Path(bildlib.__file__).parent\n"
+        "print(root)\n"
+        "for f in sorted(root.rglob('*.py')):\n"
+        "    parts = f.relative_to(root.parent).with_suffix('').parts\n"
+        "    if parts[-1] == '__main__':\n"
+        "        continue\n"
+        "    importlib.import_module('.'.join(parts[:-1] if parts[-1] == '__init__' else parts))\n"
+        "    print('.'.join(parts))\n"
+        "import importlib.util; print('top-level kernels:', importlib.util.find_spec('kernels'))\n"
+    )
+    out = _in_venv(wheel_venv, code, tmp_path)
+    assert out[0] == str(wheel_venv["site"] / "bildlib")  # the wheel's copy, not the checkout's
+    assert "bildlib.bench.gpu.check" in out and "bildlib.kernels.triton_policy" in out and len(out) > 100
+    assert out[-1] == "top-level kernels: None"
+
+
+def test_the_installed_wheel_finds_the_checkout_or_says_where_to_look(wheel_venv, tmp_path):
+    code = "import bildlib; print(bildlib.REPO_ROOT); print(bildlib.where())"
+    inside = _in_venv(wheel_venv, code, REPO / "notebooks")  # run from a clone: its data
+    assert inside == [str(REPO),
+                      f"shipped files are read from {REPO} (the checkout holding the working directory)"]
+    home = _in_venv(wheel_venv, code, tmp_path, BILD_HOME=str(REPO))
+    assert home == [str(REPO), f"shipped files are read from {REPO} ($BILD_HOME)"]
+    nowhere = _in_venv(wheel_venv, code, tmp_path)[1]
+    assert "found no checkout" in nowhere and "BILD_HOME" in nowhere
+    load = ("from bildlib.models import locate\n"
+            "try:\n    locate('data/checkpoints/multi30k-large')\n"
+            "except FileNotFoundError as e:\n    print(e)")
+    (err,) = _in_venv(wheel_venv, load, tmp_path)
+    assert "cannot load model 'data/checkpoints/multi30k-large'" in err and "BILD_HOME" in err
+    found = _in_venv(wheel_venv, load.replace("except", "    print('found')\nexcept"), tmp_path,
+                     BILD_HOME=str(REPO))
+    assert found == ["found"]
 
 
 def test_dependencies_are_ranges_and_constraints_pin_them():

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bildlib import data, presets
-from bildlib.paper import dryrun, fixtures, shapes
+from bildlib import data
+from bildlib.experiments import presets
+from bildlib.experiments.paper import dryrun, fixtures, shapes
 from conftest import REPO, run_python
 
 # Parameter counts of the public base models (T5 paper; mT5 paper, rounded): 60 M, 770 M, 300 M, 1.2 B.
@@ -54,7 +55,7 @@ def test_dryrun_covers_every_preset_and_every_notebook(tmp_path):
     for nb in dryrun.NOTEBOOKS:  # each notebook meets both model families (and so both tasks)
         kinds = {p.split("-")[-1] for p, n in pairs if n == nb}
         assert kinds == ({"gpt2"} if nb == "table2_lm" else {"mt5", "t5"}), (nb, kinds)
-    cmd = [sys.executable, "-m", "bildlib.paper.dryrun", "--covering", "--root", str(tmp_path)]
+    cmd = [sys.executable, "-m", "bildlib.experiments.paper.dryrun", "--covering", "--root", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     t = pd.read_csv(tmp_path / "dryrun.csv", dtype={"error": str}, keep_default_na=False)
     assert proc.returncode == 0, t[t["error"] != ""].to_string() + proc.stderr[-3000:]
@@ -191,20 +192,20 @@ def test_early_exit_notebooks_refuse_a_paper_preset():
 
 
 def test_plan_before_a_long_run():
-    from bildlib import plan
+    from bildlib.experiments import preflight
 
-    d = {p: plan.plan(p, "cuda", 2, 500) for p in ["multi30k", *dryrun.PAPER]}
+    d = {p: preflight.plan(p, "cuda", 2, 500) for p in ["multi30k", *dryrun.PAPER]}
     assert d["iwslt2017-mt5"]["params_m"]["large"] == 1230 and d["cnndm-t5"]["params_m"]["small"] == 61
     assert d["iwslt2017-mt5"]["memory_gb"] > d["cnndm-t5"]["memory_gb"] > d["multi30k"]["memory_gb"] > 0
     assert all(0 < v["projected_fig4_minutes"] for v in d.values())
     assert d["cnndm-t5"]["fig4_configurations"] == len(presets.get("cnndm-t5").fallback_grid) * len(
         presets.get("cnndm-t5").rollback_grid) * 2 + 5  # fmt: skip
-    text = plan.describe(d["cnndm-t5"])
+    text = preflight.describe(d["cnndm-t5"])
     assert "kssteven/T5-large-cnndm (738 M)" in text and "a model, not a measurement" in text
-    assert "GPUs only" in plan.describe(plan.plan("cnndm-t5", "cpu", 4, 10))
+    assert "GPUs only" in preflight.describe(preflight.plan("cnndm-t5", "cpu", 4, 10))
     dry = subprocess.run(["make", "-n", "figures", "PRESET=cnndm-t5", "DEVICE=cuda"], cwd=REPO,
                          capture_output=True, text=True).stdout  # fmt: skip
-    assert "bildlib.plan --preset cnndm-t5 --device cuda" in dry
+    assert "bildlib.experiments.preflight --preset cnndm-t5 --device cuda" in dry
     assert "-p preset cnndm-t5 -p device cuda" in dry
 
 

@@ -1,4 +1,4 @@
-"""bildlib.perplexity (docs/language-modelling.md):
+"""bildlib.analysis.perplexity (docs/language-modelling.md):
 teacher-forced perplexity in windows, and under fallback-only
 BiLD's policy, against cross-entropies computed directly; its errors."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bildlib import perplexity as P
+from bildlib.analysis import perplexity as P
 from conftest import tiny_model, tiny_tokenizer
 
 TEXTS = [" ".join(f"w{3 + (7 * i + 3 * j) % 37}" for j in range(5 + i % 9)) for i in range(20)]

@@ -108,7 +108,7 @@ def test_bad_sharing_patterns_name_the_parameter(kw, match):
 
 
 def test_training_builds_a_pet_student(tmp_path, multi30k_dir):
-    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(T.TrainConfig.tokenizer))
     shape = dict(d_model=32, d_ff=64, num_layers=4, num_decoder_layers=4, num_heads=2, d_kv=16)
     cfg = T.TrainConfig(out=str(tmp_path / "pet"), model=shape | {"pet_pairs": [[0, 2], [1, 3]]})
     m = T.build_model(cfg, tok)

@@ -1,4 +1,4 @@
-"""README's numbers: generated from the committed files (bildlib.report), checked against them,
+"""README's numbers: generated from the committed files (bildlib.reports.readme), checked against them,
 nothing quoted by hand; the layout table names every module; the committed checks hold."""
 
 import json
@@ -8,7 +8,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from bildlib import report
+from bildlib.reports import readme as report
 from conftest import REPO
 
 README = (REPO / "README.md").read_text()

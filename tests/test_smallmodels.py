@@ -1,12 +1,12 @@
-"""bildlib.smallmodels and the candidate small models ("student:<label>"): names, errors, the
+"""bildlib.bench.smallmodels and the candidate small models ("student:<label>"): names, errors, the
 configurations of the study, and its table's picks on a hand-made sweep."""
 
 import pandas as pd
 import pytest
 
 from bildlib import experiments as X
-from bildlib import presets
-from bildlib import smallmodels as S
+from bildlib.bench import smallmodels as S
+from bildlib.experiments import presets
 from bildlib.experiments.runner import with_checkpoints
 
 
@@ -73,7 +73,7 @@ def test_the_table_picks_the_fastest_within_the_tolerance(monkeypatch):
 
 
 def test_pets_table_sets_its_reported_figures_beside_ours():
-    from bildlib import petstudy
+    from bildlib.reports import petstudy
 
     prof = pd.DataFrame({"label": ["kd", "full", "none", "pairs"], "params_m": [2.1, 1.2, 2.6, 1.6],
                          "bleu": [36.0, 33.0, 35.0, 34.5], "agreement": 0.8, "ece": 0.05})  # fmt: skip

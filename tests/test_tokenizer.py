@@ -4,7 +4,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from bildlib import data
-from bildlib.tokenizer import DEFAULT_DIR, build_multi30k_tokenizer, normalise, train_tokenizer
+from bildlib.data.tokenizer import DEFAULT_DIR, build_multi30k_tokenizer, normalise, train_tokenizer
 
 
 @pytest.fixture(scope="module")

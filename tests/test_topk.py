@@ -15,7 +15,7 @@ from test_train import tiny
 @pytest.fixture(scope="module")
 def tiny_batch(tmp_path_factory, multi30k_dir):
     tmp = tmp_path_factory.mktemp("topk")
-    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(T.TrainConfig.tokenizer))
     student = T.build_model(tiny(tmp), tok).eval()
     teacher = T.build_model(tiny(tmp, seed=1), tok).eval()
     src, tgt = T.encode(tok, T.data.load_multi30k("val").pairs[:5])
@@ -76,7 +76,7 @@ def test_a_cached_run_computes_the_teacher_once(tmp_path, multi30k_dir, monkeypa
     assert len(calls) == 1  # the second student read the cache
 
     # its card (make models-student writes one for the shipped student): what BiLD asks of it
-    from bildlib import modelcard_student
+    from bildlib.reports import modelcard_student
 
     m = modelcard_student.measure(kd.out, n=3, rounds=1)
     text = modelcard_student.card(m)

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from bildlib import train as T
-from bildlib.evaluate import translate
+from bildlib.analysis.evaluate import translate
 from bildlib.models import load_model, load_tokenizer
 
 TINY = dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=1, num_heads=2, d_kv=16)
@@ -46,7 +46,7 @@ def test_training_lowers_loss_and_saves_a_checkpoint(teacher):
     cfg, log = teacher
     losses = [e["train_loss"] for e in log["epochs"]]
     assert losses[-1] < losses[0] - 0.5, losses
-    saved = json.loads((T._path(cfg.out) / "train_log.json").read_text())
+    saved = json.loads((T.checkpoint_path(cfg.out) / "train_log.json").read_text())
     assert saved["epochs"] == log["epochs"] and saved["signature"].startswith("nrefs:1|")
     model = AutoModelForSeq2SeqLM.from_pretrained(cfg.out)  # plain from_pretrained
     assert model.generation_config.decoder_start_token_id == 0 and model.generation_config.num_beams == 1
@@ -55,7 +55,7 @@ def test_training_lowers_loss_and_saves_a_checkpoint(teacher):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_checkpoint_round_trip(tmp_path, dtype):
-    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(T.TrainConfig.tokenizer))
     model = T.build_model(tiny(tmp_path), tok).eval()
     T.save_checkpoint(model, tok, tmp_path / "ck", dtype)
     loaded, tok2 = load_model(tmp_path / "ck", dtype="float32")  # training's dtype (the default is auto)
@@ -77,7 +77,7 @@ def test_same_seed_same_weights(teacher, tmp_path):
     T.train(again, progress=False)
     a, b = weights(cfg), weights(again)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    other = T.build_model(dataclasses.replace(cfg, seed=1), load_tokenizer(T._path(cfg.tokenizer)))
+    other = T.build_model(dataclasses.replace(cfg, seed=1), load_tokenizer(T.checkpoint_path(cfg.tokenizer)))
     assert not torch.equal(other.shared.weight, a["shared.weight"])
 
 
@@ -124,7 +124,7 @@ def test_calibration_set_is_what_the_aligned_run_trains_on(teacher, tmp_path):
     stamp = path.stat().st_mtime_ns
     assert T.calibrate(cfg.out, path, n_train=cfg.n_train) == path and path.stat().st_mtime_ns == stamp
     # the fair comparison starts from the baseline's initial weights
-    tok = load_tokenizer(T._path(cfg.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(cfg.tokenizer))
     a, b = T.build_model(cfg, tok), T.build_model(aligned, tok)
     assert all(
         torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
@@ -155,7 +155,7 @@ def test_unknown_model_path(tmp_path, multi30k_dir):
 
 
 def test_vocabulary_mismatch(tmp_path):
-    tok = load_tokenizer(T._path(T.TrainConfig.tokenizer))
+    tok = load_tokenizer(T.checkpoint_path(T.TrainConfig.tokenizer))
     small_vocab = T.build_model(tiny(tmp_path), tok)
     small_vocab.resize_token_embeddings(100)
     small_vocab.config.vocab_size = 100
@@ -180,7 +180,8 @@ def test_empty_dataset(tmp_path, monkeypatch):
 def test_model_cards_and_evaluate_cli(teacher, tmp_path, capsys):
     import shutil
 
-    from bildlib import evaluate, modelcard
+    from bildlib.analysis import evaluate
+    from bildlib.reports import modelcard
 
     cfg, _ = teacher
     for name in modelcard.NAMES:
@@ -193,7 +194,7 @@ def test_model_cards_and_evaluate_cli(teacher, tmp_path, capsys):
     assert m["params"] == sum(p.numel() for p in load_model(cfg.out)[0].parameters())
     text = modelcard.card("multi30k-large", m, pair)
     assert f"**{m['val']['bleu']:.2f}**" in text and "python -m bildlib.train multi30k-large" in text
-    # the card's BLEU is what `python -m bildlib.evaluate` prints
+    # the card's BLEU is what `python -m bildlib.analysis.evaluate` prints
     evaluate.main([str(tmp_path / "multi30k-large"), "-n", "8"])
     assert json.loads(capsys.readouterr().out)["bleu"] == m["val"]["bleu"]
 
@@ -205,7 +206,7 @@ def test_fine_tune_from_a_checkpoint(teacher, tmp_path):
     log = T.train(ft, progress=False)
     assert (
         log["epochs"][0]["train_loss"]
-        < json.loads((T._path(cfg.out) / "train_log.json").read_text())["epochs"][0]["train_loss"]
+        < json.loads((T.checkpoint_path(cfg.out) / "train_log.json").read_text())["epochs"][0]["train_loss"]
     )  # starts from the trained weights, not from scratch
     a, b = weights(cfg), weights(ft)
     assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
@@ -257,6 +258,6 @@ def test_every_training_target_names_a_device(device):
 
     args = ["make", "-n", "models", "models-student", "models-candidates", "models-lm"]
     out = subprocess.run(args + ([f"DEVICE={device}"] if device else []), capture_output=True, text=True,
-                         cwd=T._path("."), check=True).stdout  # fmt: skip
+                         cwd=T.checkpoint_path("."), check=True).stdout  # fmt: skip
     lines = [x for x in out.splitlines() if "bildlib.train " in x]
     assert len(lines) >= 9 and all(f"--device {device or 'auto'}" in x for x in lines), lines

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from bildlib import decoding as D
-from bildlib.tutorial import checks as C
-from bildlib.tutorial import checks_loop as CL
-from bildlib.tutorial import fakes, record
+from bildlib.notebook.tutorial import checks as C
+from bildlib.notebook.tutorial import checks_loop as CL
+from bildlib.notebook.tutorial import fakes, record
 from conftest import REPO, course_solutions
 
 S = course_solutions()
@@ -140,8 +140,8 @@ def test_story_tells_what_the_trace_counts(case):
 
 def test_story_on_the_shipped_pair_and_its_picture(shipped_pair, tmp_path):
     from bildlib import plots
-    from bildlib.tutorial import lab as LAB
-    from bildlib.tutorial import picture
+    from bildlib.notebook.tutorial import lab as LAB
+    from bildlib.notebook.tutorial import picture
 
     small, large = shipped_pair
     lab = LAB.Lab(small, large, [], [], [], 64)
@@ -163,8 +163,8 @@ def test_story_on_the_shipped_pair_and_its_picture(shipped_pair, tmp_path):
 
 
 def test_the_explorer_draws_the_decode_its_sliders_name(shipped_pair, monkeypatch):
-    from bildlib.tutorial import explorer as EX
-    from bildlib.tutorial import lab as LAB
+    from bildlib.notebook.tutorial import explorer as EX
+    from bildlib.notebook.tutorial import lab as LAB
 
     small, large = shipped_pair
     texts = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]

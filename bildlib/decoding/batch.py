@@ -7,7 +7,7 @@ Every round, one small call runs over all rows that want the small model and one
 over all rows that want the large model (bildlib.models.batch: a ragged, padded call), so each
 row's output is what the batch-1 decoder gives for that source alone (tests/test_batch.py;
 in floating point, up to the batched kernels' rounding, measured on all of val by
-`python -m bildlib.batchbench --check`). Greedy only: nucleus sampling would need each row's
+`python -m bildlib.bench.batchbench --check`). Greedy only: nucleus sampling would need each row's
 draws in the batch-1 order, which no batched caller needs yet.
 
     outs, bt = D.bild_batch(small, large, sources, fallback=0.5, rollback=3.0)

@@ -8,7 +8,7 @@
 code the cache key hashes, with the decoders, models and kernels), `cache` (keys, parquet
 files, the lock), `busy` (the machine's load while a configuration ran), `runner`
 (models, plan, run), `sweeps` (a sweep and its shards), `cluster` (shards on Ray), `calls`
-(the model calls behind a sweep's rows, for bildlib.cost). Reading the results is bildlib.analysis.
+(the model calls behind a sweep's rows, for bildlib.analysis.cost). Reading the results is bildlib.analysis.
 """
 
 from bildlib.experiments.cache import RESULTS, code_version

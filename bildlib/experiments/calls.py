@@ -1,21 +1,22 @@
 """The model calls behind a sweep's rows, recorded: for each call, which model ran it, how many
 tokens, over how long a cache, with how long a source, and whether it was the sentence's first
-call of that model (the input of the cost model, bildlib.cost).
+call of that model (the input of the cost model, bildlib.analysis.cost).
 
 The sweep's timed runs keep counters, not call shapes, so calls_of decodes the rows' sources
 again, untimed, with every model's forward recorded, and checks that each example gives the
 row's output ids and call counts: greedy decoding is deterministic, so these are the calls the
-timed run made.
+timed run made. prefix and timed time one call alone (bench.callbench, the tutorial's lab).
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import pandas as pd
+import torch
 
-from bildlib import presets
-from bildlib.experiments import measure
+from bildlib.experiments import measure, presets
 from bildlib.experiments.config import Config
 
 
@@ -76,3 +77,19 @@ def calls_of(preset: str, config: Config, models, rows: pd.DataFrame) -> pd.Data
             )
         out += [{"id": r.id} | c for c in calls]
     return pd.DataFrame(out)
+
+
+def prefix(lm, src: list[int]) -> None:
+    """Start `src` and run a 9-token decoder prefix, as mid-sentence: every timed call follows it."""
+    lm.start(src)
+    lm.forward([0] + [5] * 8)
+
+
+def timed(lm, tokens: list[int], n: int) -> float:
+    """Seconds of one forward of `tokens` after a prefix of n decoder tokens."""
+    lm.crop(n)
+    t0 = time.perf_counter()
+    lm.forward(tokens)
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0

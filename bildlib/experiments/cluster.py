@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bildlib.decoding.common import check_count
-from bildlib.experiments import sweeps
+from bildlib.experiments.shards import Result, compute, shard
 
 INSTALL = "pip install -e '.[cluster]' (or: pip install 'ray>=2.9')"
 
@@ -105,7 +105,7 @@ class Progress:
         return self.counts
 
 
-def _shard(preset, s, split, n_examples, flush_every, progress, kw) -> tuple[list[sweeps.Result], int]:
+def _shard(preset, s, split, n_examples, flush_every, progress, kw) -> tuple[list[Result], int]:
     """The body of a shard's Ray task: its results and how many examples it decoded (counted
     here: the progress actor's count may lag behind the task's return)."""
     done = [0]
@@ -114,7 +114,7 @@ def _shard(preset, s, split, n_examples, flush_every, progress, kw) -> tuple[lis
         progress.add.remote(s.index, what, k)
         done[0] += k if what == "done" else 0
 
-    return sweeps.compute(preset, s, split, n_examples, flush_every, False, report, **kw), done[0]
+    return compute(preset, s, split, n_examples, flush_every, False, report, **kw), done[0]
 
 
 def default_shards(ray, gpu: bool, threads: int) -> int:
@@ -134,7 +134,7 @@ def run(preset, base, configs, shards, split, n_examples, flush_every, progress,
     if kw.get("results") is not None:
         kw["results"] = Path(kw["results"]).resolve()  # the workers' working directory may differ
     n = shards or default_shards(ray, device == "cuda", threads)
-    groups = sweeps.shard(base, configs, n)
+    groups = shard(base, configs, n)
     meter = ray.remote(num_cpus=0)(Progress).remote()
     task = ray.remote(_shard).options(max_retries=retries, **ask)
     refs = {task.remote(preset, s, split, n_examples, flush_every, meter, kw): s for s in groups}

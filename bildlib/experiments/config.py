@@ -6,10 +6,10 @@ import dataclasses
 import numbers
 from dataclasses import dataclass
 
-from bildlib import presets
 from bildlib.decoding import MEASURES, RULES, Sampling
 from bildlib.decoding.bild import BildSettings
 from bildlib.decoding.common import check_count, check_threshold
+from bildlib.experiments import presets
 
 HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)

@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from bildlib import metrics
-from bildlib.evaluate import machine, worker
+from bildlib.analysis import metrics
+from bildlib.analysis.evaluate import machine, worker
 from bildlib.experiments import busy, cache, measure
 
 

@@ -26,9 +26,9 @@ import pandas as pd
 import torch
 from transformers import AutoConfig
 
-from bildlib import data, presets
+from bildlib import data
 from bildlib.decoding.common import check_count
-from bildlib.experiments import cache, interleave, measure
+from bildlib.experiments import cache, interleave, measure, presets
 from bildlib.experiments.config import Config
 from bildlib.models import (
     LM,

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from bildlib import REPO_ROOT, data
+from bildlib import REPO_ROOT, data, where
 from bildlib.models.lean_common import column_major
 
 
@@ -32,7 +32,7 @@ def locate(name: str | Path) -> str:
     if mirror and (Path(mirror) / s).is_dir():
         return str(Path(mirror) / s)
     if Path(s).is_absolute() or s.startswith(".") or s.count("/") > 1:
-        raise FileNotFoundError(f"cannot load model {s!r}: no such folder")
+        raise FileNotFoundError(f"cannot load model {s!r}: no such folder; {where()}")
     return s
 
 

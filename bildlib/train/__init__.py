@@ -14,13 +14,24 @@ with `train_log.json`; the state after every epoch goes to `<out>.resume/`, from
 interrupted run continues and ends with the same weights as an uninterrupted one (CPU).
 """
 
-from bildlib import data, metrics
+from bildlib import data
+from bildlib.analysis import metrics
 from bildlib.train.align import calibrate, read_calibration
-from bildlib.train.config import CALIBRATION, LARGE, MAX_LEN, PRESETS, SMALL, TrainConfig, _path, override
-from bildlib.train.loop import batches, build_model, collate, encode, save_checkpoint, train, training_pairs
+from bildlib.train.batching import batches, collate, encode
+from bildlib.train.config import (
+    CALIBRATION,
+    LARGE,
+    MAX_LEN,
+    PRESETS,
+    SMALL,
+    TrainConfig,
+    checkpoint_path,
+    override,
+)
+from bildlib.train.loop import build_model, save_checkpoint, train, training_pairs
 
 __all__ = [
-    "CALIBRATION", "LARGE", "MAX_LEN", "PRESETS", "SMALL", "TrainConfig", "_path", "batches",
+    "CALIBRATION", "LARGE", "MAX_LEN", "PRESETS", "SMALL", "TrainConfig", "checkpoint_path", "batches",
     "build_model", "calibrate", "collate", "data", "encode", "metrics", "override",
     "read_calibration", "save_checkpoint", "train", "training_pairs",
 ]  # fmt: skip

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from bildlib import data
-from bildlib.evaluate import greedy_ids
+from bildlib.analysis.evaluate import greedy_ids
 from bildlib.models import load_model
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from bildlib import data
-from bildlib.evaluate import translate
+from bildlib.analysis.evaluate import translate
 from bildlib.models import load_model, locate
-from bildlib.train.config import CALIBRATION, _path
+from bildlib.train.config import CALIBRATION, checkpoint_path
 
 
 def calibrate(
@@ -22,7 +22,7 @@ def calibrate(
 ) -> Path:
     """The calibration set of prediction alignment: the teacher's greedy output for every training
     input, in order, cached at out (parquet: idx, output; the teacher's identity in its metadata)."""
-    out = _path(out)
+    out = checkpoint_path(out)
     path = locate(teacher)
     ident = {"teacher": str(teacher), "n_train": n_train}
     weights = Path(path) / "model.safetensors"

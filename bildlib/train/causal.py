@@ -5,7 +5,7 @@ of Multi30k written as prompt-style translation, one text per pair,
 
 packed GPT-2 style: each epoch, the texts in a new random order are joined into one stream and
 cut into chunks of WINDOW tokens, so the model sees texts after other texts, as a perplexity
-stream has them (bildlib.perplexity). The same model gives a perplexity (of those texts) and
+stream has them (bildlib.analysis.perplexity). The same model gives a perplexity (of those texts) and
 translations (the prompt "de: <German> en:", decoded by bildlib.decoding like the T5 pair). The
 loss covers every token, German included: it is a language model, not a translator with a mask.
 """
@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from bildlib import perplexity
+from bildlib.analysis import perplexity
 
 POSITIONS = 256  # GPT-2 positions: the longest prompt is about 70 tokens, plus 64 generated
-WINDOW, STRIDE = 128, 64  # training chunks; validation perplexity (bildlib.perplexity.windows)
+WINDOW, STRIDE = 128, 64  # training chunks; validation perplexity (bildlib.analysis.perplexity.windows)
 
 
 def lm_tokenizer(tok):
@@ -89,6 +89,6 @@ def kd_loss(model, teacher, b: dict, lam: float, temperature: float = 1.0,
 
 
 def val_perplexity(model, tok, pairs: list[tuple[str, str]], prefix: str, suffix: str) -> float:
-    """Perplexity of the val texts as one stream (bildlib.perplexity, WINDOW / STRIDE)."""
+    """Perplexity of the val texts as one stream (bildlib.analysis.perplexity, WINDOW / STRIDE)."""
     ids = perplexity.stream(tok, [text(prefix, suffix, s, t) for s, t in pairs])
     return perplexity.score(model, ids, WINDOW, STRIDE).perplexity

@@ -11,7 +11,7 @@ import sys
 
 from bildlib.train import __doc__ as DOC
 from bildlib.train.align import calibrate
-from bildlib.train.config import CALIBRATION, PRESETS, _path, override
+from bildlib.train.config import CALIBRATION, PRESETS, checkpoint_path, override
 from bildlib.train.loop import train
 
 
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     for item in args.set:
         cfg = override(cfg, item)
     if args.fresh:
-        shutil.rmtree(_path(cfg.out).with_name(_path(cfg.out).name + ".resume"), ignore_errors=True)
+        out = checkpoint_path(cfg.out)
+        shutil.rmtree(out.with_name(out.name + ".resume"), ignore_errors=True)
     log = train(cfg, command=shlex.join(["python", "-m", "bildlib.train", *argv]))
     print(json.dumps({"best": log["best"], "wall_s": log["wall_s"]}))

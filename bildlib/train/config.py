@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bildlib import REPO_ROOT
-from bildlib.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
+from bildlib.data.tokenizer import DEFAULT_DIR as DEFAULT_TOKENIZER
 from bildlib.train import distill, warmup
 from bildlib.train.exits import EXIT_LOSSES
 
@@ -188,7 +188,7 @@ PRESETS = {
 }
 
 
-def _path(p: str | Path) -> Path:
+def checkpoint_path(p: str | Path) -> Path:
     """Relative paths are relative to the checkout, so commands work from any folder."""
     p = Path(p)
     return p if p.is_absolute() else REPO_ROOT / p

@@ -15,13 +15,15 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
 from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 
-from bildlib import data, metrics
-from bildlib.evaluate import machine, translate
+from bildlib import data
+from bildlib.analysis import metrics
+from bildlib.analysis.evaluate import machine, translate
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
 from bildlib.models.pet import PetConfig, PetT5
 from bildlib.train import causal, distill, topk, warmup
 from bildlib.train.align import read_calibration
-from bildlib.train.config import MAX_LEN, TrainConfig, _path
+from bildlib.train.batching import batches, collate, encode  # noqa: F401 (encode: re-exported)
+from bildlib.train.config import MAX_LEN, TrainConfig, checkpoint_path
 from bildlib.train.exits import exit_weights, multi_exit_loss
 
 
@@ -31,7 +33,7 @@ def training_pairs(cfg: TrainConfig) -> list[tuple[str, str]]:
     if cfg.n_train:
         pairs = pairs[: cfg.n_train]
     if cfg.targets:
-        outputs = read_calibration(_path(cfg.targets))
+        outputs = read_calibration(checkpoint_path(cfg.targets))
         if len(outputs) != len(pairs):
             raise ValueError(
                 f"targets {cfg.targets} has {len(outputs)} outputs but training uses {len(pairs)} inputs"
@@ -40,34 +42,6 @@ def training_pairs(cfg: TrainConfig) -> list[tuple[str, str]]:
     if not pairs:
         raise ValueError("the training set is empty")
     return pairs
-
-
-def encode(tok, pairs: list[tuple[str, str]], prefix: str = "") -> tuple[list[list[int]], list[list[int]]]:
-    src = tok([prefix + s for s, _ in pairs], truncation=True, max_length=MAX_LEN).input_ids
-    tgt = tok([t for _, t in pairs], truncation=True, max_length=MAX_LEN).input_ids
-    return src, tgt
-
-
-def batches(src: list[list[int]], tgt: list[list[int]], batch_size: int, seed: int) -> list[list[int]]:
-    """Index batches of similar lengths (little padding), in a seeded random order."""
-    g = torch.Generator().manual_seed(seed)
-    noise = torch.rand(len(src), generator=g).tolist()  # random order among equal lengths
-    order = sorted(range(len(src)), key=lambda i: len(src[i]) + len(tgt[i]) + noise[i])
-    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    return [chunks[i] for i in torch.randperm(len(chunks), generator=g).tolist()]
-
-
-def collate(src, tgt, idx, device) -> dict:
-    def pad(seqs, value):
-        n = max(len(s) for s in seqs)
-        return torch.tensor([s + [value] * (n - len(s)) for s in seqs], device=device)
-
-    input_ids = pad([src[i] for i in idx], 0)
-    return {
-        "input_ids": input_ids,
-        "attention_mask": (input_ids != 0).long(),
-        "labels": pad([tgt[i] for i in idx], -100),
-    }
 
 
 def build_model(cfg: TrainConfig, tok):
@@ -143,9 +117,9 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
     log. command: the command line to record (main() passes it as a user would type it)."""
     cfg.validate()
     device = resolve_device(cfg.device)
-    out = _path(cfg.out)
+    out = checkpoint_path(cfg.out)
     resume = out.with_name(out.name + ".resume") / "state.pt"
-    tok = load_tokenizer(cfg.init_from or _path(cfg.tokenizer))
+    tok = load_tokenizer(cfg.init_from or checkpoint_path(cfg.tokenizer))
     lm = cfg.arch == "gpt2"  # a decoder-only LM (train.causal): texts, not (source, target)
     tok = causal.lm_tokenizer(tok) if lm else tok
     pairs = training_pairs(cfg)

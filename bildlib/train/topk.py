@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bildlib import REPO_ROOT, data
+from bildlib.train.batching import collate  # the loop's own batches: the same padding and labels
 
 CACHE_DIR = REPO_ROOT / "build" / "teacher"  # git-ignored, rebuilt in one teacher pass when missing
 
@@ -63,8 +64,6 @@ def compute(teacher: torch.nn.Module, src, tgt, k: int, batch_size: int = 64, bf
             progress: bool = True) -> TopK:  # fmt: skip
     """One teacher-forced pass over all examples (as the training loop runs the teacher: autocast
     bf16 products, log-softmax in float32), keeping the top k per position."""
-    from bildlib.train.loop import collate  # the loop's own batches: the same padding and labels
-
     vocab = teacher.config.vocab_size
     if not 1 <= k <= vocab:
         raise ValueError(f"teacher_topk must be in [1, {vocab}] (the vocabulary), got {k}")

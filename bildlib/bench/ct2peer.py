@@ -1,0 +1,230 @@
+"""CTranslate2 as a measured peer: its greedy decoding of the same checkpoint, the engine a CPU
+user would otherwise pick, against bildlib's decoders on the same sentences.
+
+Each engine runs in its own process: CTranslate2 in bildlib.bench.ct2worker (which never imports
+torch; the two OpenMP runtimes in one process made CTranslate2 3.5x slower), bildlib's decoders
+in this one. They alternate in blocks of `block` sentences, A B A B, each side warmed on the
+first `warmup` sentences untimed; every sentence is timed once by each, so the ratios are paired
+and their 95 % intervals come from the same bootstrap as the sweeps' (bildlib.analysis.intervals).
+Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines.md.
+
+    python -m bildlib.bench.ct2peer convert data/checkpoints/multi30k-large    # make ct2
+    python -m bildlib.bench.ct2peer steps      # its decoder step on the shipped pair, as callbench's
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from bildlib import REPO_ROOT, data, repo_relative
+from bildlib.analysis import intervals, metrics
+
+CONVERTED = REPO_ROOT / "build" / "ct2"  # converted checkpoints (git-ignored; make ct2)
+NAME = "CTranslate2 greedy (large)"
+BLOCK, WARMUP = 10, 5  # sentences per alternation block; untimed sentences each side warms on
+
+
+class PeerUnavailableError(RuntimeError):
+    """CTranslate2 is not installed, or a checkpoint it cannot convert."""
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as e:
+        raise PeerUnavailableError(
+            "the CTranslate2 peer needs the optional extra `peers`: pip install -e '.[peers]' "
+            "(make setup EXTRAS=dev,peers)"
+        ) from e
+    return ctranslate2
+
+
+def converted(path: str | Path) -> Path:
+    """Where the conversion of a local checkpoint lives: build/ct2/<name>-<hash of its files>,
+    so a retrained or edited checkpoint is converted again."""
+    from bildlib.experiments.cache import model_hash
+
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(f"checkpoint {path!r}: no config.json (the peer converts local folders)")
+    return CONVERTED / f"{p.resolve().name}-{model_hash(p)[:12]}"
+
+
+def convert(path: str | Path) -> Path:
+    """The checkpoint converted for CTranslate2, lossless float32 (TransformersConverter); an
+    existing conversion is reused. Written to a temporary folder first, then renamed."""
+    out = converted(path)
+    if (out / "model.bin").is_file():
+        return out
+    ct2 = _ctranslate2()
+    tmp = out.with_name(out.name + ".part")
+    try:
+        ct2.converters.TransformersConverter(str(path)).convert(str(tmp), quantization="float32", force=True)
+    except Exception as e:
+        raise PeerUnavailableError(f"CTranslate2 cannot convert {path!r}: {type(e).__name__}: {e}") from e
+    tmp.rename(out)
+    return out
+
+
+class Worker:
+    """bildlib.bench.ct2worker in its own process: decode(tokens, max) -> (output tokens, seconds)."""
+
+    def __init__(self, model_dir: Path, threads: int):
+        _ctranslate2()
+        cmd = [sys.executable, "-m", "bildlib.bench.ct2worker", str(model_dir), str(threads)]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  cwd=REPO_ROOT, bufsize=1)  # fmt: skip
+        self.info = self._read()
+        if self.info.get("torch"):
+            raise RuntimeError("bildlib.bench.ct2worker imported torch: the engines would share one process")
+
+    def _read(self) -> dict:
+        line = self.p.stdout.readline()
+        if not line:
+            status = self.p.wait()
+            raise RuntimeError(f"bildlib.bench.ct2worker exited with status {status} (its stderr above)")
+        return json.loads(line)
+
+    def decode(self, tokens: list[str], max_len: int, min_len: int = 0) -> tuple[list[str], float]:
+        self.p.stdin.write(json.dumps({"tokens": tokens, "max": max_len, "min": min_len}) + "\n")
+        r = self._read()
+        return r["tokens"], r["s"]
+
+    def close(self) -> None:
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def compare(models, configs, examples: data.Split, threads: int = 2, block: int = BLOCK, warmup: int = WARMUP,
+            partial: Path | None = None, progress: bool = True) -> pd.DataFrame:  # fmt: skip
+    """Rows (id, decoder, latency_s, output) of CTranslate2 greedy on the large checkpoint
+    (decoder NAME) and of each experiments.Config in `configs` on `models` (an
+    experiments.Models), on the same examples, alternating in blocks of `block`. `partial`: a
+    parquet the finished blocks are kept in, so an interrupted run resumes there."""
+    import torch
+
+    from bildlib.experiments import measure
+
+    if block < 1 or warmup < 0:
+        raise ValueError(f"block must be >= 1 and warmup >= 0; got block={block}, warmup={warmup}")
+    torch.set_num_threads(threads)
+    lm, p = models.get("large"), models.preset
+    tok = lm.tok  # the tokenizer both engines share: CTranslate2 takes and gives its token strings
+    src = [lm.encode(p.prompt(s)) for s in examples.sources]
+    rows = pd.read_parquet(partial).to_dict("records") if partial and partial.is_file() else []
+    done = len({r["id"] for r in rows})
+    with Worker(convert(p.model("large")), threads) as w:
+
+        def ct2(i: int) -> tuple[str, float]:
+            out, s = w.decode(tok.convert_ids_to_tokens(src[i]), p.max_new_tokens)
+            return lm.decode(tok.convert_tokens_to_ids(out)), s
+
+        for i in range(min(warmup, len(src))):  # both sides warm, untimed
+            ct2(i)
+            for c in configs:
+                measure.decode(c, models, src[i], p.max_new_tokens)
+        bar = tqdm(total=len(src) - done, desc="CTranslate2 and bildlib, alternated", disable=not progress)
+        for b0 in range(done, len(src), block):
+            ids = range(b0, min(b0 + block, len(src)))
+            for i in ids:  # bildlib's decoders, interleaved per sentence
+                for c in configs:
+                    out, _, s = measure.timed(c, models, src[i], p.max_new_tokens)
+                    rows.append({"id": i, "decoder": c.label, "latency_s": s, "output": lm.decode(out)})
+            for i in ids:  # then CTranslate2 in its process on the same sentences
+                text, s = ct2(i)
+                rows.append({"id": i, "decoder": NAME, "latency_s": s, "output": text})
+            if partial:
+                with data.atomic_path(partial) as tmp:
+                    pd.DataFrame(rows).to_parquet(tmp)
+            bar.update(len(ids))
+        bar.close()
+        version = w.info["version"]
+    df = pd.DataFrame(rows)
+    df.attrs["ctranslate2"] = version
+    return df
+
+
+def summary(rows: pd.DataFrame, examples: data.Split, metric: str = "bleu", base: str | None = None
+            ) -> pd.DataFrame:  # fmt: skip
+    """One row per decoder: score, ms per sentence, time relative to CTranslate2 greedy with its
+    95 % interval (the paired bootstrap of bildlib.analysis.intervals over sentences), and speedup against
+    `base` (a decoder label: bildlib's vanilla large) with its interval."""
+    refs = examples.references
+    piv = rows.pivot(index="id", columns="decoder", values="latency_s").sort_index()
+    W = intervals.draws(len(piv))  # (B, n) resample counts, shared by every decoder (paired)
+    mean = W @ piv.to_numpy() / len(piv)  # (B, decoders)
+    col = {d: j for j, d in enumerate(piv.columns)}
+    out = []
+    for d in piv.columns:
+        hyp = rows[rows["decoder"] == d].sort_values("id")["output"].tolist()
+        sc = metrics.score(metric, hyp, [refs[i] for i in piv.index])
+        r = {"decoder": d, "score": sc.value, "signature": sc.signature, "ms": 1e3 * piv[d].mean()}
+        rel = mean[:, col[d]] / mean[:, col[NAME]]
+        r |= {"vs_ct2": piv[d].mean() / piv[NAME].mean(), **_iv("vs_ct2", rel)}
+        if base is not None:
+            sp = mean[:, col[base]] / mean[:, col[d]]
+            r |= {"speedup": piv[base].mean() / piv[d].mean(), **_iv("speedup", sp)}
+        out.append(r)
+    return pd.DataFrame(out)
+
+
+def _iv(name: str, x: np.ndarray) -> dict:
+    lo, hi = intervals._tails(x)
+    return {f"{name}_lo": lo, f"{name}_hi": hi}
+
+
+def steps(path: str | Path, source: list[str], threads: int = 2, n: int = 20, rounds: int = 50) -> dict:
+    """CTranslate2's cost of a sentence's parts on one source (its tokens): the median time of a
+    forced 1-token output (encoding and one step) and of a forced (n + 1)-token one, alternated;
+    a decoder step is their difference over n (docs/engines.md compares it with the lean step)."""
+    import statistics
+
+    with Worker(convert(path), threads) as w:
+        one, many = [], []
+        for r in range(rounds + 5):
+            a, b = w.decode(source, 1, 1)[1], w.decode(source, n + 1, n + 1)[1]
+            if r >= 5:  # the first rounds warm up
+                one.append(a)
+                many.append(b)
+    m1, mn = statistics.median(one), statistics.median(many)
+    return {"model": Path(path).name, "encode_and_step_ms": 1e3 * m1, "step_ms": 1e3 * (mn - m1) / n}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("convert", help="convert checkpoints for CTranslate2 into build/ct2/")
+    c.add_argument("paths", nargs="+")
+    s = sub.add_parser("steps", help="CTranslate2's decoder step on the shipped pair (first val sentence)")
+    s.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args(argv)
+    if a.cmd == "convert":
+        for path in a.paths:
+            print(repo_relative(convert(path)))
+        return
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(REPO_ROOT / "data" / "checkpoints" / "multi30k-tokenizer")
+    src = tok.convert_ids_to_tokens(tok(data.load("multi30k", "val", 1).sources[0])["input_ids"])
+    ckpt = REPO_ROOT / "data" / "checkpoints"
+    rows = [steps(ckpt / m, src, a.threads) for m in ("multi30k-small-aligned", "multi30k-large")]
+    print(pd.DataFrame(rows).round(3).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

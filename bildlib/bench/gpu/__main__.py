@@ -1,0 +1,3 @@
+from bildlib.bench.gpu.check import main
+
+main()

@@ -1,0 +1,169 @@
+"""`make gpu-check` (python -m bildlib.bench.gpu): its parts, run one after another on a CUDA GPU.
+
+    python -m bildlib.bench.gpu --plan                   # what it runs; refuses at once without CUDA
+    python -m bildlib.bench.gpu --out figures/gpu        # on a CUDA machine (make gpu-check)
+    python -m bildlib.bench.gpu --device cpu --n 4 --out /tmp/gc   # the same logic, on CPU
+
+The Makefile first runs the Triton kernels' tests on the GPU (tests/test_kernels_triton.py with
+BILD_KERNEL_TEST_DEVICE=cuda; their log is kernel-tests.txt), then the parts in PLAN, each into its
+files in the output folder. A part that fails is reported and the next one runs: one run on a
+borrowed GPU shows everything; the command then fails, naming the parts that did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from bildlib import REPO_ROOT
+from bildlib.analysis.evaluate import device_name
+from bildlib.bench.gpu.lossless import lossless
+from bildlib.bench.gpu.render import FOLDER, summary
+from bildlib.data import atomic_path
+
+PLAN = {  # part: what it runs and writes (the kernel tests run before, from the Makefile)
+    "kernels": "the kernels' benchmark (bildlib.kernels.bench): torch eager against Triton, V 32,128 and "
+    "250,112, k 1-16, float32 and bfloat16, CUDA events -> kernels.csv",
+    "steps": "a one-token step and a 10-token call of each model, HF's forward against the lean engine, "
+    "float32 and bfloat16, CUDA synchronised (bildlib.bench.callbench) -> steps.csv",
+    "fig4": "fig4's sweep (experiments.sweep, as notebooks/fig4 runs it) on the shipped pair, the first 50 "
+    "val sentences, α_FB 0.3 and 0.5, α_RB 1, into a temporary cache -> fig4_table1.csv, fig4_checks.json",
+    "lossless": "lossless BiLD (distance='exact') against vanilla greedy and BiLD at its default "
+    "thresholds, the first n val sentences, each dtype and engine, interleaved -> bild.csv",
+    "dryrun": "the paper presets' dry run (experiments.paper.dryrun, its covering plan: every notebook "
+    "on random models of the checkpoints' shapes and hub-schema data, n = 2) with device=cuda -> dryrun.csv",
+}
+
+
+def versions() -> dict:
+    out = {}
+    for pkg in ("torch", "triton", "transformers", "tokenizers", "sacrebleu"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def machine(device: torch.device) -> dict:
+    cuda = device.type == "cuda"
+    return {
+        "device": device_name(device),
+        "cuda": torch.version.cuda if cuda else None,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d"),
+        "versions": versions(),
+    }
+
+
+def steps(device, out: Path, rounds: int = 10) -> pd.DataFrame:
+    """steps.csv: per-call latency of both engines on the shipped pair, in float32 and bfloat16."""
+    from bildlib.bench import callbench
+    from bildlib.plots import save_table
+
+    runs = [callbench.bench(device=str(device), dtype=d, rounds=rounds) for d in ("float32", "bfloat16")]
+    df = pd.concat(runs)
+    save_table(df, "steps", out)
+    return df
+
+
+def fig4(device, out: Path, n: int = 50) -> pd.DataFrame:
+    """fig4_table1.csv and fig4_checks.json: Table 1 from fig4's sweep on `device`, a small grid."""
+    from bildlib import analysis as A
+    from bildlib import experiments as X
+    from bildlib import notebook
+    from bildlib.plots import save_table
+
+    grid = X.bild_grid("multi30k", fallbacks=[0.3, 0.5], rollbacks=[1.0])
+    with tempfile.TemporaryDirectory() as cache:  # timed afresh, and nothing left in data/results
+        df = X.sweep("multi30k", grid, n_examples=n, device=str(device), results=Path(cache), progress=False)
+    s = A.summarize(df)
+    table = A.summary_table(s)
+    save_table(table.assign(**A.run_info(s)), "fig4_table1", out)  # as notebooks/fig4 writes table1.csv
+    notebook.save_checks(notebook.sweep_checks(s, df), "fig4", out)
+    return table
+
+
+def dryrun(device, out: Path) -> pd.DataFrame:
+    """dryrun.csv: the paper presets' covering dry run on `device`; a run that failed is an error."""
+    from bildlib.experiments.paper import dryrun as D
+    from bildlib.plots import save_table
+
+    with tempfile.TemporaryDirectory() as root:  # the stand-in models, data and results
+        t = D.run(Path(root), plan=D.covering(), device=str(device))
+    save_table(t, "dryrun", out)
+    if bad := t[t["error"] != ""].to_dict("records"):
+        raise RuntimeError(f"{len(bad)} of {len(t)} dry runs failed, first {bad[0]['preset']} / "
+                           f"{bad[0]['notebook']}: {bad[0]['error'][:300]}")
+    return t
+
+
+def refusal() -> str | None:
+    """Why this machine cannot run the check (None: it can)."""
+    if torch.cuda.is_available():
+        return None
+    return (f"make gpu-check needs a CUDA GPU, and torch {torch.__version__} sees none on this machine "
+            "(torch.cuda.is_available() is False), so nothing was run. What it would run is listed "
+            "above; its logic runs on CPU with: python -m bildlib.bench.gpu --device cpu --n 4")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO_ROOT / FOLDER), help="folder for the files")
+    ap.add_argument("--device", default="cuda", help="cuda (the check) or cpu (its logic only)")
+    ap.add_argument("--plan", action="store_true", help="print the parts, refuse without CUDA, and stop")
+    ap.add_argument("--parts", nargs="+", choices=list(PLAN), default=list(PLAN), help="the parts to run")
+    ap.add_argument("--n", type=int, default=200, help="Multi30k val sentences per lossless setting")
+    ap.add_argument("--fig4-n", type=int, default=50, help="val sentences of fig4's sweep")
+    ap.add_argument("--warmup", type=int, default=5, help="first sentences left out of the lossless timings")
+    ap.add_argument("--repeats", type=int, default=200, help="timed calls per kernel benchmark cell")
+    ap.add_argument("--rounds", type=int, default=10, help="rounds of the engines' call timings")
+    a = ap.parse_args(argv)
+    if a.plan:
+        print("\n".join(f"- {k}: {v}" for k, v in PLAN.items()), flush=True)
+    if a.device.startswith("cuda") and (why := refusal()):
+        sys.exit(why)
+    if a.plan:
+        return
+    from bildlib.models import resolve_device
+
+    device = resolve_device(a.device)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "machine.json") as tmp:
+        tmp.write_text(json.dumps(machine(device), indent=1) + "\n")
+    failed = []
+    for part in a.parts:
+        print(f"== {part}: {PLAN[part]}", flush=True)
+        try:
+            if part == "kernels" and device.type == "cuda":
+                from bildlib.kernels import bench
+
+                bench.main(["--csv", str(out / "kernels.csv"), "--repeats", str(a.repeats)])
+            elif part == "steps":
+                print(steps(device, out, a.rounds).round(3).to_string(index=False), flush=True)
+            elif part == "fig4":
+                print(fig4(device, out, a.fig4_n).to_string(index=False), flush=True)
+            elif part == "lossless":
+                lossless(device, a.n, a.warmup, out=out)
+            elif part == "dryrun":
+                dryrun(device, out)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a borrowed GPU: report it, run the next part
+            traceback.print_exc()
+            failed.append(f"{part} ({type(e).__name__}: {e})")
+    with atomic_path(out / "summary.md") as tmp:
+        tmp.write_text(summary(out))
+    print(f"wrote {out}/: " + ", ".join(sorted(p.name for p in out.iterdir() if not p.name.startswith("."))))
+    if failed:
+        sys.exit("gpu-check: these parts failed: " + "; ".join(failed))
+

@@ -1,0 +1,122 @@
+"""The GPU check's files as Markdown: summary.md beside them, and docs/engines.md's block."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+FOLDER = "figures/gpu"  # where make gpu-check writes
+
+
+def summary(out: Path) -> str:
+    """summary.md: the folder's tables as Markdown, made from its files only."""
+    m = json.loads((out / "machine.json").read_text())
+    v = ", ".join(f"{k} {x}" for k, x in m["versions"].items() if x)
+    lines = [f"# GPU check: {m['device']}", "", f"{m['date']}; CUDA {m['cuda']}; {v}.", ""]
+    tests = out / "kernel-tests.txt"
+    if tests.exists():
+        lines += [f"Kernel tests on this GPU (tests/test_kernels_triton.py): {tests_line(out)}", ""]
+    titles = {"bild.csv": "Lossless BiLD against vanilla greedy (Multi30k val)",
+              "steps.csv": "One call of each engine (milliseconds, medians)",
+              "fig4_table1.csv": "Table 1 from fig4's sweep on this GPU",
+              "kernels.csv": "Policy kernels: torch eager against Triton (microseconds)",
+              "dryrun.csv": "The paper presets' dry run on this GPU (random models, n = 2)"}  # fmt: skip
+    for name, title in titles.items():
+        if (out / name).exists():
+            df = pd.read_csv(out / name).drop(columns=["signature"], errors="ignore")
+            lines += [f"## {title}", "", df.to_markdown(index=False, missingval=""), ""]
+    return "\n".join(lines)
+
+
+def tests_line(out: Path) -> str:
+    """pytest's last line in kernel-tests.txt ("153 passed in 22.30s")."""
+    last = [s for s in (out / "kernel-tests.txt").read_text().splitlines() if s.strip()]
+    return last[-1] if last else "no output"
+
+
+def block(root: Path, folder: str = FOLDER) -> str:
+    """docs/engines.md's block: the committed GPU check, from its files only."""
+    from bildlib.analysis.tables import md_table, read_json
+
+    out = root / folder
+    m = read_json(root, f"{folder}/machine.json")
+    v = m["versions"]
+    df = pd.read_csv(out / "bild.csv", dtype={"error": str})
+    if bad := df[df["error"].fillna("") != ""].to_dict("records"):
+        b = bad[0]
+        raise ValueError(f"{folder}/bild.csv: a setting failed: {b['dtype']} {b['engine']}: {b['error']}")
+    rows = [[r.dtype, r.engine, f"`{r.decoder}`", f"{r.bleu:.2f}", f"{r.same_as_vanilla:.1%}",
+             f"{r.same_as_reference:.1%}", f"{r.small_calls:.1f}", f"{r.large_calls:.1f}", f"{r.ms:.1f}",
+             f"{r.speedup:.2f}×"] for r in df.itertuples()]  # fmt: skip
+    n, timed = int(df["n"].iloc[0]), int(df["timed"].iloc[0])
+    k = pd.read_csv(out / "kernels.csv")
+    k10 = k[k["k"] == 10]
+    krows = []
+    for op, g in k10.groupby("op", sort=False):
+        g = g.sort_values(["dtype", "V"])  # the same column order for every kernel
+        krows.append([f"`{op}`", *(f"{r.torch_us:.0f} → {r.triton_us:.0f}" for r in g.itertuples())])
+    heads = [f"{r.dtype}, V {r.V:,}" for r in g.itertuples()]
+    wins = (k["speedup"] > 1).sum()
+    more = (_steps(out) if (out / "steps.csv").exists() else []) + (
+        _fig4(root, folder) if (out / "fig4_table1.csv").exists() else []) + (
+        _dryrun(out) if (out / "dryrun.csv").exists() else [])  # parts an older run lacks
+    return "\n".join([
+        f"Run {m['date']} on one {m['device']} (CUDA {m['cuda']}, torch {v['torch']}, Triton {v['triton']}, "
+        f"transformers {v['transformers']}) with `make gpu-check`; files in `{folder}/`.",
+        "",
+        f"**Kernels.** Their tests on the GPU (Triton compiled, not interpreted): {tests_line(out)}. "
+        f"Benchmark, microseconds per call at k = 10 rows, torch eager → Triton (medians of CUDA-event "
+        f"timings; Triton is faster in {wins} of {len(k)} cells over k ∈ {{1, 4, 10, 16}}; at most "
+        f"{k['pct_peak'].max():.1f} % of the HBM peak, so these are launch costs, not bandwidth):",
+        "",
+        md_table(["kernel", *heads], krows),
+        "",
+        f"**BiLD on the GPU.** The aligned small and the large model of the `multi30k` preset, batch 1, "
+        f"first {n} val sentences (the first {n - timed} untimed), the three decoders interleaved per "
+        f"sentence. *Same* is the share of sentences whose ids equal vanilla's in the same row group, "
+        f"or the reference's (HF engine, float32); calls and ms are per sentence:",
+        "",
+        md_table(["dtype", "engine", "decoder", "BLEU", "same as vanilla", "same as reference", "small calls",
+                "large calls", "ms", "speedup"], rows),  # fmt: skip
+        *more,
+    ])
+
+
+def _steps(out: Path) -> list[str]:
+    """The engines' per-call table, from steps.csv."""
+    from bildlib.analysis.tables import md_table
+
+    t = pd.read_csv(out / "steps.csv")
+    call = next(c for c in t.columns if c.startswith("call") and c.endswith("_ms"))  # "call10_ms"
+    rows = [[f"`{r['model']}`", r["dtype"], r["engine"], f"{r['step_ms']:.3f}", f"{r[call]:.3f}"]
+            for _, r in t.iterrows()]  # fmt: skip
+    return ["", "**One call of each engine** (bildlib.bench.callbench: medians, CUDA synchronised, the "
+            "engines "
+            "alternating in blocks), milliseconds:", "",
+            md_table(["model", "dtype", "engine", "one-token step", f"{call[4:-3]}-token call"], rows)]
+
+
+def _fig4(root: Path, folder: str) -> list[str]:
+    """Table 1 from fig4's sweep on the GPU, from fig4_table1.csv and its checks."""
+    from bildlib.analysis.tables import read_csv, read_json, regimes, run_line
+
+    t, c = read_csv(root, f"{folder}/fig4_table1.csv"), read_json(root, f"{folder}/fig4_checks.json")
+    return ["", f"**fig4's sweep on the GPU** (the harness as the notebook runs it; *{run_line(c)}*). "
+            "Regimes by the interval rule, as in Table 1:", "", regimes(t)]  # fmt: skip
+
+
+def _dryrun(out: Path) -> list[str]:
+    """The paper presets' dry run on the GPU, from dryrun.csv."""
+    t = pd.read_csv(out / "dryrun.csv", dtype={"error": str})
+    bad = t[t["error"].fillna("") != ""]
+    line = (f"**The paper presets' dry run on the GPU** (`experiments.paper.dryrun`'s covering plan, "
+            f"device=cuda: random models of the checkpoints' shapes, hub-schema data, n = 2): "
+            f"{len(t) - len(bad)} of {len(t)} runs passed ({t['preset'].nunique()} presets, "
+            f"{t['notebook'].nunique()} notebooks, {t['seconds'].sum():.0f} s).")
+    if len(bad):
+        b = bad.iloc[0]
+        line += f" The first failure: {b['preset']} / {b['notebook']}: `{b['error'][:200]}`."
+    return ["", line]
+

@@ -1,3 +1,0 @@
-from bildlib.gpu.check import main
-
-main()

@@ -1,0 +1,160 @@
+"""Notebooks and JupyterLab: what the notebooks share, and `make lab` (jupyter, jupyter_config).
+
+This module: what the notebooks share: their parameters cells' defaults, where their outputs go, and how
+their tables show in JupyterLab."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from bildlib import REPO_ROOT, repo_relative
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+# Where the outputs go and where results are cached do not change what a run computes.
+PLACES = ("out_dir", "results_dir")
+
+
+# The types a parameters cell declares, as isinstance() checks them (an int is a float too).
+TYPES = {"str": str, "int": int, "float": int | float, "bool": bool, "list": list, "dict": dict}
+
+
+@functools.cache
+def parameters(name: str) -> dict:
+    """papermill's reading of notebooks/<name>.ipynb's parameters cell: {parameter: {name,
+    inferred_type_name, default, help}}; read once per process (check_parameters and outputs
+    both need it)."""
+    import papermill
+
+    return papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+
+
+def defaults(name: str) -> dict:
+    """The parameters cell of notebooks/<name>.ipynb as {parameter: default value}."""
+    return {k: ast.literal_eval(v["default"]) for k, v in parameters(name).items()}
+
+
+def check_parameters(name: str, values: dict) -> None:
+    """Every parameter has the type its line in the parameters cell declares; values: the
+    notebook's variables (globals()). The error names the parameter, the type and the value
+    (papermill -p passes text that is not a number as a string; lists and dicts go with -y)."""
+    for k, p in parameters(name).items():
+        t, x = p["inferred_type_name"], values[k]
+        if t not in TYPES:
+            continue
+        if not isinstance(x, TYPES[t]) or isinstance(x, bool) and t != "bool":
+            hint = f" (papermill: -y '{{{k}: ...}}' passes a {t})" if t in ("list", "dict") else ""
+            raise TypeError(f"{name}: parameter {k} must be {t}, got {x!r} ({type(x).__name__}){hint}")
+
+
+def outputs(name: str, values: dict) -> Path:
+    """The folder a notebook's figures and tables go to. values: the notebook's variables
+    (globals()). An out_dir given: that folder (relative paths from the repository root); the
+    make targets that publish results pass figures/ (or a folder in it). Empty: build/figures/<name>/
+    for the parameters cell's values, build/figures/<name>-<hash of the changed ones>/ for any
+    other run, so that running a notebook in Jupyter or papermill never touches a tracked file.
+    Prints where the outputs go."""
+    d = defaults(name)
+    run = {k: values[k] for k in d}
+    changed = {k: v for k, v in run.items() if k not in PLACES and v != d[k]}
+    if run["out_dir"]:
+        out = REPO_ROOT / run["out_dir"]  # an absolute out_dir stays as it is
+    elif not changed:
+        out = REPO_ROOT / "build" / "figures" / name
+    else:
+        tag = hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        out = REPO_ROOT / "build" / "figures" / f"{name}-{tag}"
+        print(f"not the default run ({', '.join(f'{k}={v!r}' for k, v in changed.items())})")
+    print(f"outputs go to {repo_relative(out)}/")
+    return out
+
+
+RUN_FIELDS = ("dtype", "engine", "device")  # every checks file names them (test_provenance)
+
+
+def run_fields(dtype: str, engine: str, device: str = "cpu") -> dict:
+    """The run fields of a notebook that is not one sweep: its dtype and engine as it states
+    them, and the device's name (the CPU's model, or the GPU's)."""
+    from bildlib.analysis.evaluate import device_name
+    from bildlib.models import resolve_device
+
+    return {"dtype": dtype, "engine": engine, "device": device_name(resolve_device(device))}
+
+
+def commit(root: Path = REPO_ROOT) -> str:
+    """The commit a run ran from: the checkout's HEAD, with "+changes" where the package or the
+    notebooks differed from it; "unknown" outside a git checkout (an installed wheel)."""
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+        changed = subprocess.run([*git, "status", "--porcelain", "--", "bildlib", "kernels", "notebooks"],
+                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if changed else "")
+
+
+def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
+    """<out_dir>/<name>_checks.json: what a notebook checked while it ran (baseline spread,
+    equivalences, busy flags, ...), so that the checks reach git with the figures and a test can
+    assert them on the committed files. Values are numbers, strings, booleans or lists of them; the
+    commit the run ran from (`commit`) and the machine are added. It prints the checks and where
+    they went, and returns nothing (a cell ending with it echoes no path)."""
+    from bildlib import data
+
+    if missing := [k for k in RUN_FIELDS if k not in checks]:
+        raise ValueError(f"{name}'s checks must name the run's {', '.join(missing)} (analysis.run_info or "
+                         "notebook.run_fields give them): README states each block's dtype and engine")
+    checks = checks | {"commit": commit(), "machine": f"{platform.system()} {platform.machine()}, "
+                       f"{os.cpu_count()} CPUs, torch {_torch_version()}"}  # fmt: skip
+    path = Path(out_dir) / f"{name}_checks.json"
+    for k, v in checks.items():
+        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
+    with data.atomic_path(path) as tmp:
+        tmp.write_text(
+            json.dumps(checks, indent=1, ensure_ascii=False, sort_keys=True, default=_plain) + "\n"
+        )
+    print(f"checks saved to {path}")
+
+
+def sweep_checks(s, df) -> dict:
+    """The checks every sweep notebook records: its baseline's latency and the spread of its
+    repeats, how many configurations were timed on a busy machine, the run (analysis.run_info)
+    and the metric's signature. s: analysis.summarize(df)."""
+    from bildlib import analysis
+
+    return analysis.run_info(s) | {
+        "threads": df.attrs.get("threads"),
+        "baseline ms": 1e3 * s.attrs["baseline_latency_s"],
+        "baseline repeats": s.attrs["baseline_repeats"],
+        "baseline spread %": s.attrs["baseline_spread_pct"],
+        "configurations": int(len(s)),
+        "busy configurations": int(s["busy"].sum()),
+        "signature": df.attrs.get("signature", ""),
+    }
+
+
+def _torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+def _plain(x):
+    """numpy numbers as Python's (json.dumps default)."""
+    return x.item() if hasattr(x, "item") else str(x)
+
+
+def show(df, digits: int = 3, hide: tuple = ("n", "split", "dtype", "device")):
+    """A table as a notebook shows it (the CSV keeps every column): no index, numbers to `digits`
+    decimals, a missing value as "–", and the run's constant columns (hide) left out, since the
+    checks file and the print above the table name them."""
+    keep = [c for c in df.columns if not (c in hide and df[c].nunique(dropna=False) <= 1)]
+    return df[keep].style.hide(axis="index").format(precision=digits, na_rep="–")

@@ -1,0 +1,2 @@
+"""What this package writes for people to read: README's and the docs' generated blocks (readme;
+`python -m bildlib.reports`, make report) and the model cards (modelcard*)."""

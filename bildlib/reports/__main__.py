@@ -1,0 +1,5 @@
+import sys
+
+from bildlib.reports.readme import main
+
+sys.exit(main())

@@ -1,0 +1,154 @@
+"""README's blocks of the speed benchmarks (docs/results.md): make bench's two peers runs (the
+default dtype, the targets, the per-call breakdown) and the peers and CTranslate2 tables, each
+from the committed CSV and JSON (the numbers: bildlib.analysis.targets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bildlib.analysis.tables import ReportError, ci, md_table, num, read_csv, read_json, run_line, valid
+from bildlib.analysis.targets import (
+    DTYPE_TOL,
+    MARK,
+    RUNS,
+    breakdown,
+    dtype_choice,
+    goal_text,
+    targets,
+    why_not,
+)
+
+# README blocks (bildlib.reports.readme.BLOCKS)
+
+
+def dtype_block(root: Path) -> str:
+    """Which dtype is the default (bildlib.dtype_choice), from make bench's two runs."""
+    runs = {k: (read_csv(root, f"{f}/peers_all.csv"), read_json(root, f"{f}/peers_checks.json"))
+            for k, f in RUNS.items()}  # fmt: skip
+    (b, cb), (f, cf) = runs["bfloat16"], runs["float32"]
+    c = dtype_choice(b, f, cb["baseline ms"], cf["baseline ms"])
+    rows = [["bfloat16 (`auto`)", f"{c['bf16_score']:.2f}", f"{c['bf16_ms']:.1f}", run_line(cb)],
+            ["float32", f"{c['fp32_score']:.2f}", f"{c['fp32_ms']:.1f}", run_line(cf)]]  # fmt: skip
+    verdict = "holds: the default is `auto`" if c["auto_is_default"] else "fails: the default stays float32"
+    return (md_table(["vanilla large, lean engine", "BLEU", "ms / sentence", "run"], rows) + "\n\n" +
+            f"BLEU difference {c['delta']:+.2f} (the rule: within {DTYPE_TOL:g} of float32 and faster) "
+            f"— {verdict}.")  # fmt: skip
+
+
+def _target_rows(t: dict) -> list[list[str]]:
+    rows, tol = [], f"{t['tol']:g}"
+    if (s := t.get("speedup")) is not None:
+        got = f"{s['value']:.2f}× [{s['lo']:.2f}, {s['hi']:.2f}] (Δ {s['delta']:+.2f}; `{s['row']}`)"
+        rows.append([f"aligned BiLD within {tol} BLEU", goal_text("speedup"), got, MARK[s["met"]]])
+    if (s := t.get("lossless_vs_assisted")) is not None:
+        got = f"{s['value']:.2f}× (`{s['row']}` / `{s['against']}`)"
+        what = "lossless BiLD / HF assisted (tuned) latency"
+        rows.append([what, goal_text("lossless_vs_assisted"), got, MARK[s["met"]]])
+    if (s := t.get("end_rule_gain")) is not None:
+        got = (f"{s['value']:.2f}× faster (`{s['row']}`, Δ {s['delta']:+.2f}, against `{s['against']}`, "
+               f"Δ {s['against_delta']:+.2f})")  # fmt: skip
+        what = f"verify_end_below vs verify_end, each within {tol} BLEU"
+        rows.append([what, goal_text("end_rule_gain"), got, MARK[s["met"]]])
+    if (s := t.get("end_rule_gain_equal_bleu")) is not None:
+        got = f"{s['value']:.2f}× faster (against `{s['against']}`, Δ {s['against_delta']:+.2f})"
+        rows.append(["… against verify_end at equal or better BLEU", "", got, ""])
+    for key, what in (("student_speedup", f"BiLD with the student within {tol} BLEU"),
+                      ("student_lossless", "lossless BiLD with the student")):  # fmt: skip
+        if (s := t.get(key)) is not None:
+            got = f"{s['value']:.2f}× [{s['lo']:.2f}, {s['hi']:.2f}] (Δ {s['delta']:+.2f}; `{s['row']}`)"
+            rows.append([what, goal_text(key), got, MARK[s["met"]]])
+    return rows
+
+
+def targets_block(root: Path) -> str:
+    """The three speed benchmarks in each dtype, and the per-call breakdown."""
+    out = []
+    for name, folder in RUNS.items():
+        every, c = read_csv(root, f"{folder}/peers_all.csv"), read_json(root, f"{folder}/peers_checks.json")
+        table = md_table(["benchmark", "goal", "measured", ""], _target_rows(targets(every)))
+        out += [f"**{name}** ({run_line(c)}):", "", table, ""]
+        bd = breakdown(every)
+        if bd.empty:
+            continue
+        rows = [[r["rule"], f"{r['delta']:+.2f}", f"{r['ms']:.1f}", f"{r['speedup_same_engine']:.2f}×",
+                 num(r["large_calls_per_sentence"]), num(r["small_calls_per_sentence"], ".1f"),
+                 num(r["loop_pct"], ".1f")] for _, r in bd.iterrows()]  # fmt: skip
+        head = ["end rule", "Δ BLEU", "ms", "speedup", "large calls", "small calls", "loop %"]
+        out += [f"Per sentence at α_FB {bd['fallback'].iloc[0]:g}, α_RB {bd['rollback'].iloc[0]:g}:", ""]
+        out += [md_table(head, rows), ""]
+        if (why := why_not(bd, c["baseline ms"])) is not None:
+            out += [why, ""]
+    return "\n".join(out)
+
+
+def summary_block(root: Path) -> str:
+    """README's short form of targets_block: the three benchmarks in each dtype."""
+    rows = []
+    for name, folder in RUNS.items():
+        t = targets(read_csv(root, f"{folder}/peers_all.csv"))
+        for key, what in (("speedup", "BiLD within 0.5 BLEU, speedup"),
+                          ("lossless_vs_assisted", "lossless BiLD / HF assisted, latency"),
+                          ("end_rule_gain", "verify_end_below vs verify_end, speed"),
+                          ("student_speedup", "BiLD with the student within 0.5 BLEU, speedup"),
+                          ("student_lossless", "lossless BiLD with the student, speedup")):  # fmt: skip
+            if (s := t.get(key)) is None:
+                continue
+            got = f"{s['value']:.2f}×" + (f" [{s['lo']:.2f}, {s['hi']:.2f}]" if "lo" in s else "")
+            got += f" (`{s['row'].removeprefix('bild-aligned-').removeprefix('bild-')}`)"
+            rows.append([name, what, goal_text(key), got, MARK[s["met"]]])
+    return md_table(["dtype", "benchmark", "goal", "measured", ""], rows)
+
+
+def peers(root: Path, folder: str = "figures/peers") -> str:
+    """The peers table (peers.ipynb); its run from its _checks.json, where the run wrote one."""
+    t = read_csv(root, f"{folder}/peers.csv")
+    valid(t, ["decoder", "score", "ms", "speedup_same_engine", "speedup_vs_generate"])
+    checks = root / folder / "peers_checks.json"
+    run = (f"*{run_line(read_json(root, f'{folder}/peers_checks.json'))}.*\n\n" if checks.is_file() else
+           f"*An earlier run, from before the notebooks recorded their checks (`{folder}` has no "
+           "peers_checks.json), so its CSV does not name its dtype; make bench reruns it.*\n\n")  # fmt: skip
+    iv = "speedup_lo" in t  # newer runs have the speedup's interval and the calls
+    named = {"speedup_lo": "speedup_same_engine_lo", "speedup_hi": "speedup_same_engine_hi"}
+    speed = [ci(r.rename(named), "speedup_same_engine", ".2f", "×") for _, r in t.iterrows()]
+    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", sp, f"{r['speedup_vs_generate']:.2f}×"]
+            + ([num(r["large_calls_per_sentence"])] if iv else []) + [num(r.get("loop_pct"), ".1f")]
+            for sp, (_, r) in zip(speed, t.iterrows(), strict=True)]  # fmt: skip
+    head = ["decoder", "BLEU", "ms / sentence", "speedup, same engine" + (" [95 %]" if iv else ""),
+            "vs `generate`"] + (["large calls / sentence"] if iv else [])  # fmt: skip
+    head += ["loop % of call time"]
+    return run + md_table(head, rows)
+
+
+def peers_val(root: Path) -> str:
+    return peers(root, "figures/peers/val")
+
+
+def peers_val_fp32(root: Path) -> str:
+    return peers(root, "figures/peers/val-float32")
+
+
+def ct2(root: Path, f: str = "figures/peers/val") -> str:
+    """CTranslate2 greedy against bildlib on the same sentences (bildlib.bench.ct2peer): the ct2.csv that
+    make bench writes into folder f, with its run from ct2_checks.json (README shows the default
+    dtype's run, docs/results.md the float32 one, ct2_fp32)."""
+    if not (root / f / "ct2.csv").is_file():
+        raise ReportError(f"no ct2.csv in {f}: make bench writes it")
+    t, c = read_csv(root, f"{f}/ct2.csv"), read_json(root, f"{f}/ct2_checks.json")
+    valid(t, ["decoder", "score", "ms", "vs_ct2", "vs_ct2_lo", "vs_ct2_hi", "speedup"])
+    if not t["decoder"].str.startswith("CTranslate2").any():
+        raise ReportError(f"{f}/ct2.csv: no CTranslate2 row")
+    best = t[t["decoder"].str.contains("≤")].nsmallest(1, "ms")
+    lead = ("" if best.empty else
+            f"The fastest BiLD within 0.5 BLEU ({best['label'].iloc[0]}) takes "
+            f"**{ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** CTranslate2 greedy's time.\n\n")  # fmt: skip
+    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", ci(r, "vs_ct2", ".2f", "×"),
+             ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
+    return (f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
+            f"({c['cpu']}), {c['threads']} threads, CTranslate2 {c['ctranslate2']}; each engine in its own "
+            f"process, alternated in blocks of {c['block']} sentences; `{c['signature']}`.*\n\n" + lead
+            + md_table(["decoder", "BLEU", "ms / sentence", "time vs CTranslate2 greedy [95 %]",
+                      "speedup vs vanilla large [95 %]"], rows))  # fmt: skip
+
+
+def ct2_fp32(root: Path) -> str:
+    return ct2(root, "figures/peers/val-float32")
