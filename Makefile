@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-lab lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
 
 setup: $(STAMP)
 
@@ -47,8 +47,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # pytest exits non-zero on any failure and with 5 when it collected no test: both fail `make`.
+# make test leaves out the long end-to-end runs (marker e2e), each of which has a faster path in it;
+# make test-e2e runs those (the paper presets' covering dry run, mT5-large's real-shape step).
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not e2e"
+
+test-e2e: $(STAMP)
+	$(BIN)/pytest -m e2e
 
 # The tutorial in JupyterLab in a real browser (tests/lab_check.py: Debian's chromium through
 # Playwright), Run All Cells and Save; screenshots in build/lab/. CI runs it after make test.

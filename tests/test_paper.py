@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bildlib import data
+from bildlib import data, notebook
 from bildlib.experiments import presets
 from bildlib.experiments.paper import dryrun, fixtures, shapes
 from conftest import REPO, run_python
@@ -42,6 +42,18 @@ def test_every_paper_checkpoint_has_a_shape():
             assert shape.startswith("mt5" if "mt5" in name else "t5")
 
 
+def test_dryrun_runs_each_family_in_process(tmp_path):
+    """make test's fast path of the covering run below: one preset of each family through a
+    notebook (mT5 on HF's forward, T5 through fig5's grid, GPT-2 through table2_lm)."""
+    mt5, t5 = (next(p for p in dryrun.PAPER if p.endswith(f)) for f in ("-mt5", "-t5"))
+    plan = [(mt5, "fig4", "hf"), (t5, "fig5"), (dryrun.LM_PAPER[0], "table2_lm")]
+    t = dryrun.run(tmp_path, plan=plan)
+    assert len(t) == 3 and (t["error"] == "").all(), t.to_string()
+    checks = json.loads((tmp_path / "figures" / mt5 / "fig4-hf" / "fig4_checks.json").read_text())
+    assert checks["engine"] == "hf" and checks["code"] == notebook.code_state()
+
+
+@pytest.mark.e2e
 def test_dryrun_covers_every_preset_and_every_notebook(tmp_path):
     """The covering subset of make paper-dryrun (which runs all 45): every notebook on an mT5
     translation and a T5 summarization preset, fig4 on every preset (and on HF's forward for one
@@ -136,7 +148,7 @@ def test_hub_data_folder_without_the_file_is_a_clear_error(tmp_path, monkeypatch
         data.load_hub("wmt14", "test")
 
 
-@pytest.mark.parametrize("shape", ["mt5-large", "t5-large"])
+@pytest.mark.parametrize("shape", [pytest.param("mt5-large", marks=pytest.mark.e2e), "t5-large"])
 def test_real_shape_one_decode_step_on_each_engine(shape):
     """The real mT5-large (1.2 B) and T5-large (738 M) shapes, random weights: one step and one
     3-token call. In fp32 the lean engine equals HF. In bf16 both round away from fp32 (a random

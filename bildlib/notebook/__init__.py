@@ -87,33 +87,50 @@ def run_fields(dtype: str, engine: str, device: str = "cpu") -> dict:
     return {"dtype": dtype, "engine": engine, "device": device_name(resolve_device(device))}
 
 
+CODE = ("bildlib", "kernels", "notebooks")  # what a run's outputs come from (docs and figures are not)
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
 def commit(root: Path = REPO_ROOT) -> str:
     """The commit a run ran from: the checkout's HEAD, with "+changes" where the package or the
     notebooks differed from it; "unknown" outside a git checkout (an installed wheel)."""
-    git = ["git", "-C", str(root)]
     try:
-        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-        changed = subprocess.run([*git, "status", "--porcelain", "--", "bildlib", "kernels", "notebooks"],
-                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        head = _git(root, "rev-parse", "--short=12", "HEAD").strip()
+        changed = _git(root, "status", "--porcelain", "--", *CODE).strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+changes" if changed else "")
+
+
+def code_state(root: Path = REPO_ROOT) -> str:
+    """The code a run ran: a hash of HEAD's trees of the package, the kernels and the notebooks,
+    so that runs made at different commits that changed only docs or figures share it; with
+    "+changes" where those folders differed from HEAD; "unknown" outside a git checkout."""
+    try:
+        trees = _git(root, "rev-parse", *(f"HEAD:{d}" for d in CODE))
+        changed = _git(root, "status", "--porcelain", "--", *CODE).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return hashlib.sha256(trees.encode()).hexdigest()[:12] + ("+changes" if changed else "")
 
 
 def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
     """<out_dir>/<name>_checks.json: what a notebook checked while it ran (baseline spread,
     equivalences, busy flags, ...), so that the checks reach git with the figures and a test can
     assert them on the committed files. Values are numbers, strings, booleans or lists of them; the
-    commit the run ran from (`commit`) and the machine are added. It prints the checks and where
-    they went, and returns nothing (a cell ending with it echoes no path)."""
+    commit the run ran from (`commit`), its code (`code_state`) and the machine are added. It
+    prints the checks and where they went, and returns nothing (a cell ending with it echoes no
+    path)."""
     from bildlib import data
 
     if missing := [k for k in RUN_FIELDS if k not in checks]:
         raise ValueError(f"{name}'s checks must name the run's {', '.join(missing)} (analysis.run_info or "
                          "notebook.run_fields give them): README states each block's dtype and engine")
-    checks = checks | {"commit": commit(), "machine": f"{platform.system()} {platform.machine()}, "
-                       f"{os.cpu_count()} CPUs, torch {_torch_version()}"}  # fmt: skip
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, torch {_torch_version()}"
+    checks = checks | {"commit": commit(), "code": code_state(), "machine": machine}
     path = Path(out_dir) / f"{name}_checks.json"
     for k, v in checks.items():
         print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")

@@ -5,7 +5,7 @@ and the HF engine.
 
     python -m bildlib.experiments.paper.dryrun             # make paper-dryrun; everything under build/dryrun/
     python -m bildlib.experiments.paper.dryrun --presets cnndm-t5 --notebooks fig4 --papermill
-    python -m bildlib.experiments.paper.dryrun --covering  # the subset make test runs (`covering`)
+    python -m bildlib.experiments.paper.dryrun --covering  # the subset make test-e2e runs (`covering`)
 
 What runs is the notebooks' own code, through the same Preset, Models, engine selection, sweep,
 analysis and plotting a reviewer's run goes through. Only the inputs are stand-ins: $BILD_MODELS
@@ -68,8 +68,8 @@ def matrix(names: list[str] = PAPER + LM_PAPER, notebooks=tuple(NOTEBOOKS)) -> l
 
 
 def covering() -> list[tuple]:
-    """The dry run make test affords: each notebook on one mT5 translation preset and one T5
-    summarization preset (alternating within each pair), fig4 on every preset (and on the HF
+    """The covering dry run (make test-e2e, make gpu-check): each notebook on one mT5 translation
+    preset and one T5 summarization preset (alternating within each pair), fig4 on every preset (and on the HF
     engine for one preset of each family), and table2_lm on GPT-2. Every notebook meets both
     model families and both tasks, and every preset loads its models and data: the presets of a
     family differ only in their dataset and checkpoint ids."""
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="the notebooks' device parameter (cpu, cuda)")
     ap.add_argument("--papermill", action="store_true", help="each notebook in its own kernel (no cap)")
     ap.add_argument("--covering", action="store_true",
-                    help="only the covering subset make test runs (each notebook on both families and tasks)")
+                    help="only the covering subset (make test-e2e): each notebook on both families and tasks")
     a = ap.parse_args(argv)
     plan = covering() if a.covering else matrix(a.presets, a.notebooks)
     t = run(a.root, cap=a.cap, use_papermill=a.papermill, plan=plan, device=a.device)

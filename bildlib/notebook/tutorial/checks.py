@@ -73,7 +73,8 @@ class Report:
         from bildlib import data, notebook
 
         path = Path(out_dir) / "tutorial_checks.json"
-        extra = {"engine": "lean", "commit": notebook.commit()} | extra  # the lab's models: lean
+        run = {"engine": "lean", "commit": notebook.commit(), "code": notebook.code_state()}  # lab: lean
+        extra = run | extra
         doc = {
             "passed": sum(r.passed for r in self.results.values()),
             "exercises": len(EXERCISES),
