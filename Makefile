@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
 
 setup: $(STAMP)
 
@@ -132,6 +132,26 @@ grade: $(STAMP)
 # into build/dryrun/ (dryrun.csv lists every run; tests/test_paper.py runs its covering subset, --covering).
 paper-dryrun: $(STAMP)
 	$(BIN)/python -m bildlib.experiments.paper.dryrun
+
+# One release: every committed figure and table from one code state, in the default dtype, then
+# make report. It refuses uncommitted changes to bildlib/, kernels/ or notebooks/ (each checks file
+# records the code state it ran from, notebook.code_state). Sweeps are cached in data/results, so an
+# interrupted release resumes where it stopped: a target listed in figures/release_times.csv at this
+# code state is not run again. That file gets each target's minutes on this machine. The models it
+# needs: make models-ee, models-lm, models-candidates.
+DRY = $(findstring n,$(firstword -$(MAKEFLAGS)))  # make -n release: the loop's makes print, nothing is recorded
+RELEASE := figures headline bench figures-ee figures-lm figures-lm-student small-models small-models-mixed \
+  pet bench-batch tutorial
+release: $(STAMP)
+	@git diff --quiet HEAD -- bildlib kernels notebooks || { \
+	  echo "make release: commit bildlib/, kernels/ and notebooks/ first: a release runs from one code state"; exit 2; }
+	@test -f figures/release_times.csv || echo "target,minutes,code" > figures/release_times.csv
+	@code=$$($(BIN)/python -c 'from bildlib import notebook; print(notebook.code_state())'); \
+	for t in $(RELEASE); do \
+	  if grep -q "^$$t,.*,$$code$$" figures/release_times.csv; then echo "== $$t: done at $$code"; continue; fi; \
+	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
+	  $(if $(DRY),:,echo "$$t,$$(( ($$(date +%s) - s + 30) / 60 )),$$code" >> figures/release_times.csv); done
+	$(MAKE) --no-print-directory report
 
 # README's result blocks from the committed CSVs and JSON (bildlib.reports.readme; a test checks them).
 report: $(STAMP)
