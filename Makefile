@@ -138,10 +138,10 @@ paper-dryrun: $(STAMP)
 # records the code state it ran from, notebook.code_state). Sweeps are cached in data/results, so an
 # interrupted release resumes where it stopped: a target listed in figures/release_times.csv at this
 # code state is not run again. That file gets each target's minutes on this machine. The models it
-# needs: make models-ee, models-lm, models-candidates.
+# needs: make models-lm, models-candidates, and models-ee (figures-ee, last: its models are not shipped).
 DRY = $(findstring n,$(firstword -$(MAKEFLAGS)))  # make -n release: the loop's makes print, nothing is recorded
-RELEASE := figures headline bench figures-ee figures-lm figures-lm-student small-models small-models-mixed \
-  pet bench-batch tutorial
+RELEASE := figures headline bench figures-lm figures-lm-student small-models small-models-mixed pet \
+  bench-batch tutorial figures-ee
 release: $(STAMP)
 	@git diff --quiet HEAD -- bildlib kernels notebooks || { \
 	  echo "make release: commit bildlib/, kernels/ and notebooks/ first: a release runs from one code state"; exit 2; }
