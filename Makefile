@@ -139,7 +139,9 @@ paper-dryrun: $(STAMP)
 # interrupted release resumes where it stopped: a target listed in figures/release_times.csv at this
 # code state is not run again. That file gets each target's minutes on this machine. The models it
 # needs: make models-lm, models-candidates, and models-ee (figures-ee, last: its models are not shipped).
-DRY = $(findstring n,$(firstword -$(MAKEFLAGS)))  # make -n release: the loop's makes print, nothing is recorded
+# make -n release: the loop's makes only print, and nothing is recorded. (No comment on DRY's own line:
+# the spaces before it would make DRY non-empty.)
+DRY = $(findstring n,$(firstword -$(MAKEFLAGS)))
 RELEASE := figures headline bench figures-lm figures-lm-student small-models small-models-mixed pet \
   bench-batch tutorial figures-ee
 release: $(STAMP)
