@@ -95,3 +95,20 @@ def test_dryrun_part_writes_its_table_and_fails_naming_the_run(tmp_path, monkeyp
     assert (tmp_path / "dryrun.csv").is_file()  # written before the failure is raised
     line = render._dryrun(tmp_path)[1]
     assert "1 of 2 runs passed (2 presets, 2 notebooks, 2 s)" in line and "iwslt-mt5 / fig9" in line
+
+
+def test_a_failed_part_is_recorded_and_rendered(tmp_path, monkeypatch):
+    def no_datasets(device, out):
+        raise ModuleNotFoundError("No module named 'datasets'")
+
+    monkeypatch.setattr(check, "dryrun", no_datasets)
+    with pytest.raises(SystemExit, match="these parts failed: dryrun"):
+        check.main(["--device", "cpu", "--out", str(tmp_path), "--parts", "dryrun"])
+    assert render.failed(tmp_path) == ["dryrun (ModuleNotFoundError: No module named 'datasets')"]
+    assert "Parts that failed on this run" in (tmp_path / "summary.md").read_text()
+    folder = tmp_path / "figures" / "gpu"
+    shutil.copytree(REPO_ROOT / "figures" / "gpu", folder)
+    (folder / "failed.txt").write_text((tmp_path / "failed.txt").read_text())
+    assert "`dryrun (ModuleNotFoundError" in render.block(tmp_path)
+    (folder / "failed.txt").write_text("")  # a run where every part passed
+    assert "failed" not in render.block(tmp_path).lower().replace("a setting failed", "")

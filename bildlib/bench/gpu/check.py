@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
         except (Exception, SystemExit) as e:  # noqa: BLE001 -- a borrowed GPU: report it, run the next part
             traceback.print_exc()
             failed.append(f"{part} ({type(e).__name__}: {e})")
+    with atomic_path(out / "failed.txt") as tmp:  # one line per failed part; empty when none
+        tmp.write_text("".join(f"{f}\n" for f in failed))
     with atomic_path(out / "summary.md") as tmp:
         tmp.write_text(summary(out))
     print(f"wrote {out}/: " + ", ".join(sorted(p.name for p in out.iterdir() if not p.name.startswith("."))))

@@ -23,11 +23,20 @@ def summary(out: Path) -> str:
               "fig4_table1.csv": "Table 1 from fig4's sweep on this GPU",
               "kernels.csv": "Policy kernels: torch eager against Triton (microseconds)",
               "dryrun.csv": "The paper presets' dry run on this GPU (random models, n = 2)"}  # fmt: skip
+    if bad := failed(out):
+        lines += ["**Parts that failed on this run** (their tables are absent or older): "
+                  + "; ".join(f"`{b}`" for b in bad) + ".", ""]
     for name, title in titles.items():
         if (out / name).exists():
             df = pd.read_csv(out / name).drop(columns=["signature"], errors="ignore")
             lines += [f"## {title}", "", df.to_markdown(index=False, missingval=""), ""]
     return "\n".join(lines)
+
+
+def failed(out: Path) -> list[str]:
+    """The parts that failed, from failed.txt ("dryrun (ModuleNotFoundError: ...)"); [] when none."""
+    f = out / "failed.txt"
+    return [s for s in f.read_text().splitlines() if s.strip()] if f.exists() else []
 
 
 def tests_line(out: Path) -> str:
@@ -61,7 +70,9 @@ def block(root: Path, folder: str = FOLDER) -> str:
     wins = (k["speedup"] > 1).sum()
     more = (_steps(out) if (out / "steps.csv").exists() else []) + (
         _fig4(root, folder) if (out / "fig4_table1.csv").exists() else []) + (
-        _dryrun(out) if (out / "dryrun.csv").exists() else [])  # parts an older run lacks
+        _dryrun(out) if (out / "dryrun.csv").exists() else []) + (  # parts an older run lacks
+        ["", "**Parts that failed on this run:** " + "; ".join(f"`{b}`" for b in failed(out)) + "."]
+        if failed(out) else [])
     return "\n".join([
         f"Run {m['date']} on one {m['device']} (CUDA {m['cuda']}, torch {v['torch']}, Triton {v['triton']}, "
         f"transformers {v['transformers']}) with `make gpu-check`; files in `{folder}/`.",
