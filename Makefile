@@ -137,22 +137,22 @@ paper-dryrun: $(STAMP)
 # make report. It refuses uncommitted changes to bildlib/, kernels/ or notebooks/ (each checks file
 # records the code state it ran from, notebook.code_state). Sweeps are cached in data/results, so an
 # interrupted release resumes where it stopped: a target listed in figures/release_times.csv at this
-# code state is not run again. That file gets each target's minutes on this machine. The models it
+# code state is not run again. That file gets each target's minutes on this machine and how many
+# results it computed (bildlib.reports.release; README's release line comes from it). The models it
 # needs: make models-lm, models-candidates, and models-ee (figures-ee, last: its models are not shipped).
 # make -n release: the loop's makes only print, and nothing is recorded. (No comment on DRY's own line:
 # the spaces before it would make DRY non-empty.)
 DRY = $(findstring n,$(firstword -$(MAKEFLAGS)))
+REL = $(BIN)/python -m bildlib.reports.release
 RELEASE := figures headline bench figures-lm figures-lm-student small-models small-models-mixed pet \
   bench-batch tutorial figures-ee
 release: $(STAMP)
 	@git diff --quiet HEAD -- bildlib kernels notebooks || { \
 	  echo "make release: commit bildlib/, kernels/ and notebooks/ first: a release runs from one code state"; exit 2; }
-	@test -f figures/release_times.csv || echo "target,minutes,code" > figures/release_times.csv
-	@code=$$($(BIN)/python -c 'from bildlib import notebook; print(notebook.code_state())'); \
-	for t in $(RELEASE); do \
-	  if grep -q "^$$t,.*,$$code$$" figures/release_times.csv; then echo "== $$t: done at $$code"; continue; fi; \
-	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
-	  $(if $(DRY),:,echo "$$t,$$(( ($$(date +%s) - s + 30) / 60 )),$$code" >> figures/release_times.csv); done
+	@for t in $(RELEASE); do \
+	  if $(REL) done $$t; then echo "== $$t: recorded at this code state"; continue; fi; \
+	  s=$$(date +%s); n=$$($(REL) count); $(MAKE) --no-print-directory $$t || exit 1; \
+	  $(if $(DRY),:,$(REL) record $$t $$(( $$(date +%s) - s )) $$n) || exit 1; done
 	$(MAKE) --no-print-directory report
 
 # README's result blocks from the committed CSVs and JSON (bildlib.reports.readme; a test checks them).

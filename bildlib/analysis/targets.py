@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bildlib.analysis.tables import valid
+from bildlib.analysis.tables import read_csv, read_json, valid
 
 RUNS = {"bfloat16": "figures/peers/val", "float32": "figures/peers/val-float32"}  # make bench
 TOL, DTYPE_TOL = 0.5, 0.1
@@ -124,6 +124,19 @@ def dtype_choice(bf16: pd.DataFrame, fp32: pd.DataFrame, bf16_ms: float, fp32_ms
     b, f = vanilla_score(bf16), vanilla_score(fp32)
     return {"bf16_score": b, "fp32_score": f, "delta": b - f, "bf16_ms": bf16_ms, "fp32_ms": fp32_ms,
             "auto_is_default": bool(abs(b - f) <= DTYPE_TOL and bf16_ms < fp32_ms)}  # fmt: skip
+
+
+def committed_choice(root) -> tuple[dict, dict[str, dict]]:
+    """(dtype_choice's verdict, {dtype: its run's checks}), from make bench's two committed runs."""
+    runs = {k: (read_csv(root, f"{f}/peers_all.csv"), read_json(root, f"{f}/peers_checks.json"))
+            for k, f in RUNS.items()}  # fmt: skip
+    (b, cb), (f, cf) = runs["bfloat16"], runs["float32"]
+    return dtype_choice(b, f, cb["baseline ms"], cf["baseline ms"]), {"bfloat16": cb, "float32": cf}
+
+
+def default_dtype(root) -> str:
+    """The dtype make bench's committed runs make the default: "bfloat16" where `auto` won."""
+    return "bfloat16" if committed_choice(root)[0]["auto_is_default"] else "float32"
 
 
 def why_not(bd: pd.DataFrame, vanilla_ms: float, goal: float = GOALS["speedup"]) -> str | None:

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bildlib import REPO_ROOT, data
+from bildlib import REPO_ROOT, data, notebook
 from bildlib import decoding as D
 from bildlib.analysis import intervals, metrics, targets
 from bildlib.analysis.evaluate import device_name, machine
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     s, out = settings(), REPO_ROOT / a.out
     cmd = "python -m bildlib.bench.batchbench " + " ".join(sys.argv[1:] if argv is None else argv)
     run = {"machine": machine() | {"device": device_name(torch.device("cpu"))}, "dtype": dtype,
-           "threads": a.threads, "settings": s, "command": cmd.strip()}  # fmt: skip
+           "threads": a.threads, "settings": s, "command": cmd.strip()} | notebook.run_state()  # fmt: skip
     if a.check:
         _write(out / "exact.json", run | {"batch": 8, "cases": check(small, large, srcs, s)})
         return 0

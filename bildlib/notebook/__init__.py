@@ -97,24 +97,31 @@ def _git(root: Path, *args: str) -> str:
 def commit(root: Path = REPO_ROOT) -> str:
     """The commit a run ran from: the checkout's HEAD, with "+changes" where the package or the
     notebooks differed from it; "unknown" outside a git checkout (an installed wheel)."""
-    try:
-        head = _git(root, "rev-parse", "--short=12", "HEAD").strip()
-        changed = _git(root, "status", "--porcelain", "--", *CODE).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+changes" if changed else "")
+    return run_state(root)["commit"]
 
 
 def code_state(root: Path = REPO_ROOT) -> str:
     """The code a run ran: a hash of HEAD's trees of the package, the kernels and the notebooks,
     so that runs made at different commits that changed only docs or figures share it; with
     "+changes" where those folders differed from HEAD; "unknown" outside a git checkout."""
+    return run_state(root)["code"]
+
+
+def run_state(root: Path = REPO_ROOT) -> dict[str, str]:
+    """{"commit": commit, "code": code_state}, from one `git status` of the code folders: what a
+    run's record (a checks JSON, a benchmark's JSON) says it ran from."""
     try:
+        head = _git(root, "rev-parse", "--short=12", "HEAD").strip()
         trees = _git(root, "rev-parse", *(f"HEAD:{d}" for d in CODE))
-        changed = _git(root, "status", "--porcelain", "--", *CODE).strip()
+        changes = "+changes" if _git(root, "status", "--porcelain", "--", *CODE).strip() else ""
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return hashlib.sha256(trees.encode()).hexdigest()[:12] + ("+changes" if changed else "")
+        return {"commit": "unknown", "code": "unknown"}
+    return {"commit": head + changes, "code": hashlib.sha256(trees.encode()).hexdigest()[:12] + changes}
+
+
+def machine() -> str:
+    """The machine a run ran on, as its record names it: "Linux x86_64, 2 CPUs, torch 2.13.0+cpu"."""
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, torch {_torch_version()}"
 
 
 def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
@@ -129,8 +136,7 @@ def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
     if missing := [k for k in RUN_FIELDS if k not in checks]:
         raise ValueError(f"{name}'s checks must name the run's {', '.join(missing)} (analysis.run_info or "
                          "notebook.run_fields give them): README states each block's dtype and engine")
-    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, torch {_torch_version()}"
-    checks = checks | {"commit": commit(), "code": code_state(), "machine": machine}
+    checks = checks | run_state() | {"machine": machine()}
     path = Path(out_dir) / f"{name}_checks.json"
     for k, v in checks.items():
         print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")

@@ -12,7 +12,7 @@ from bildlib.analysis.targets import (
     MARK,
     RUNS,
     breakdown,
-    dtype_choice,
+    committed_choice,
     goal_text,
     targets,
     why_not,
@@ -23,10 +23,8 @@ from bildlib.analysis.targets import (
 
 def dtype_block(root: Path) -> str:
     """Which dtype is the default (bildlib.dtype_choice), from make bench's two runs."""
-    runs = {k: (read_csv(root, f"{f}/peers_all.csv"), read_json(root, f"{f}/peers_checks.json"))
-            for k, f in RUNS.items()}  # fmt: skip
-    (b, cb), (f, cf) = runs["bfloat16"], runs["float32"]
-    c = dtype_choice(b, f, cb["baseline ms"], cf["baseline ms"])
+    c, checks = committed_choice(root)
+    cb, cf = checks["bfloat16"], checks["float32"]
     rows = [["bfloat16 (`auto`)", f"{c['bf16_score']:.2f}", f"{c['bf16_ms']:.1f}", run_line(cb)],
             ["float32", f"{c['fp32_score']:.2f}", f"{c['fp32_ms']:.1f}", run_line(cf)]]  # fmt: skip
     verdict = "holds: the default is `auto`" if c["auto_is_default"] else "fails: the default stays float32"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bildlib import REPO_ROOT, data
 from bildlib.analysis.tables import NOT_A_NUMBER, ReportError
+from bildlib.reports import release
 from bildlib.reports.bench import ct2, ct2_fp32, peers, peers_val, peers_val_fp32
 from bildlib.reports.paper import (
     early_exit,
@@ -94,7 +95,27 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
     "pet": lambda r: _petstudy().block(r),
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
+    "release": lambda r: release.block(r, off_release(r)),  # README
 }  # fmt: skip
+
+
+def off_release(root: Path) -> list[str]:
+    """README's blocks that quote a run made at another code state than the last release's."""
+    from bildlib.analysis import tables
+
+    code = release.rows(root)["code"].iloc[-1]
+    text, prev, off = (root / "README.md").read_text(), tables.READ, []
+    try:
+        for m in BLOCK.finditer(text):
+            if m["name"] == "release":
+                continue
+            tables.READ = []
+            BLOCKS[m["name"]](root)
+            if set(release.codes_read(root, tables.READ).values()) != {code}:
+                off.append(m["name"])
+    finally:
+        tables.READ = prev
+    return off
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md",
          "docs/engines.md")
