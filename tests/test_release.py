@@ -30,19 +30,25 @@ def dtypes_read(root, paths: list[str]) -> dict[str, set[str]]:
     return out
 
 
-def blocks_and_dtypes(text: str, root=REPO) -> dict[str, dict[str, set[str]]]:
-    """{block: {file: dtypes}}: each block of text rendered with its reads recorded."""
+def block_reads(text: str, root=REPO) -> dict[str, list[str]]:
+    """{block: the paths its rendering read} for each block of text but the release line (it quotes
+    no run, only make release's minutes)."""
     out = {}
     for m in readme.BLOCK.finditer(text):
-        if m["name"] == "release":  # the release line quotes no run, only make release's minutes
+        if m["name"] == "release":
             continue
         tables.READ = []
         try:
             readme.BLOCKS[m["name"]](root)
-            out[m["name"]] = dtypes_read(root, tables.READ)
+            out[m["name"]] = tables.READ
         finally:
             tables.READ = None
     return out
+
+
+def blocks_and_dtypes(text: str, root=REPO) -> dict[str, dict[str, set[str]]]:
+    """{block: {file: dtypes}}: each block of text rendered with its reads recorded."""
+    return {name: dtypes_read(root, reads) for name, reads in block_reads(text, root).items()}
 
 
 def unexplained(text: str, found: dict, default: str) -> dict[str, dict]:
@@ -80,18 +86,11 @@ def test_readme_quotes_the_release_code_state_or_names_the_blocks_that_do_not():
     text = (REPO / "README.md").read_text()
     code = release.rows(REPO)["code"].iloc[-1]
     off = []
-    for m in readme.BLOCK.finditer(text):
-        if m["name"] == "release":
-            continue
-        tables.READ = []
-        try:
-            readme.BLOCKS[m["name"]](REPO)
-            codes = release.codes_read(REPO, tables.READ)
-        finally:
-            tables.READ = None
-        assert codes, f"README block {m['name']} reads no run's checks JSON: its code state is unknown"
+    for name, reads in block_reads(text).items():
+        codes = release.codes_read(REPO, reads)
+        assert codes, f"README block {name} reads no run's checks JSON: its code state is unknown"
         if set(codes.values()) != {code}:
-            off.append(m["name"])
+            off.append(name)
     assert off == readme.off_release(REPO)
     line = readme.BLOCKS["release"](REPO)
     assert all(f"`{b}`" in line for b in off) and (off or "Every block below" in line)
