@@ -136,6 +136,7 @@ def test_bench_targets_pick_rows_by_rule_and_quality():
     against verify_end, each within 0.5 BLEU and at equal BLEU."""
     import pandas as pd
 
+    from bildlib.analysis import targets
     from bildlib.reports import bench
 
     def row(label, method, score, ms, verify=False, below=None, ran_on="lean", model="aligned"):
@@ -163,7 +164,7 @@ def test_bench_targets_pick_rows_by_rule_and_quality():
     assert t["end_rule_gain_equal_bleu"]["against"] == "bild-aligned-fb0.4-rb1.0-verify"
     rules = set(bench.breakdown(every)["rule"])
     assert rules == {"exact", "Algorithm 1", "verify_end", "verify_end_below 0.9"}
-    c = bench.dtype_choice(every, every.assign(score=every["score"] + 0.2), 50.0, 60.0)
+    c = targets.dtype_choice(every, every.assign(score=every["score"] + 0.2), 50.0, 60.0)
     assert c["delta"] == pytest.approx(-0.2) and not c["auto_is_default"]  # 0.2 BLEU down: stays fp32
     assert "student_speedup" not in t  # no student in the run: no student bars
     # the student's rows in the same run: its own bars, the aligned model's untouched
