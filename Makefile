@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench cards clean-venv
 
 setup: $(STAMP)
 
@@ -274,6 +274,19 @@ small-models-mixed: $(STAMP)
 pet: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/pet notebooks/pet.ipynb build/notebooks/pet.ipynb
+
+# The shipped large model quantized every way notebooks/quantized.ipynb compares (bildlib.quant;
+# docs/quantization.md): int8, round-to-nearest and SqueezeLLM at 4 and 3 bits, into
+# data/checkpoints/quant/ (git-ignored: about 46 MB each; a built label is not built again; a few
+# minutes on 2 CPU cores, the Fisher information on 256 calibration pairs first).
+quantized: $(STAMP)
+	$(BIN)/python -m bildlib.quant.build
+
+# notebooks/quantized.ipynb on all of Multi30k val into figures/quantized/ (needs make quantized).
+quantized-bench: quantized
+	@mkdir -p build/notebooks
+	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/quantized notebooks/quantized.ipynb \
+	  build/notebooks/quantized.ipynb
 
 # fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)

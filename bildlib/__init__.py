@@ -4,8 +4,9 @@ Subpackages, by concept: data (splits, hub datasets, tokenizer), models (the thr
 interface, lean engine), decoding (BiLD and its peers), experiments (presets, sweeps, the cache, the
 paper presets' dry run), analysis (metrics, intervals, costs, committed tables), plots (the figures),
 bench (measurements beyond the sweeps, the GPU check), reports (README blocks, model cards), train
-(the models and students), notebook (what notebooks and JupyterLab share), tutorial (the course),
-and kernels (Triton, imported as bildlib.kernels).
+(the models and students), quant (weight-only quantization of the large model), notebook (what
+notebooks and JupyterLab share), tutorial (the course), and kernels (Triton, imported as
+bildlib.kernels).
 """
 
 import os

@@ -12,11 +12,11 @@ if __name__ == "bildlib.kernels":
     import torch
 
     try:  # Triton is optional: without it every function runs its torch reference
-        from . import triton_policy
+        from . import triton_lut, triton_policy
 
         HAS_TRITON = True
     except ImportError:
-        triton_policy = None
+        triton_policy = triton_lut = None
         HAS_TRITON = False
 
     from . import reference as ref
@@ -53,8 +53,15 @@ if __name__ == "bildlib.kernels":
             return triton_policy.speculative_accept(logits_large, logits_small, draft, uniforms)
         return ref.speculative_accept_ref(logits_large, logits_small, draft, uniforms)
 
+    def lut_matvec(x, packed, table, n, sparse_idx=None, sparse_val=None):
+        """x (k, n) @ W^T (k, out) float32 for a SqueezeLLM weight: nibble codes into per-row
+        tables, plus a sparse part (reference.lut_matvec_ref)."""
+        if _triton(x, packed, table):
+            return triton_lut.lut_matvec(x, packed, table, n, sparse_idx, sparse_val)
+        return ref.lut_matvec_ref(x, packed, table, n, sparse_idx, sparse_val)
+
     __all__ = [
-        "HAS_TRITON", "max_prob", "nucleus", "rollback_distance", "sample", "saturation",
+        "HAS_TRITON", "lut_matvec", "max_prob", "nucleus", "rollback_distance", "sample", "saturation",
         "speculative_accept",
     ]  # fmt: skip
 else:  # found as top-level `kernels`: not ours to provide under that name

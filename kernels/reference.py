@@ -95,3 +95,25 @@ def nucleus_ref(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1
 def saturation_ref(prev: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """CALM's hidden-state saturation: cosine similarity of each row of prev and new (k, d), fp32."""
     return torch.nn.functional.cosine_similarity(prev.float(), new.float(), dim=-1, eps=1e-12)
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """Codes (out, n) < 16 as (out, ceil(n / 2)) uint8, column 2j in the low nibble of byte j and
+    column 2j + 1 in the high one: the layout lut_matvec reads (4-bit and 3-bit codes alike)."""
+    c = codes.to(torch.uint8)
+    if c.shape[1] % 2:
+        c = torch.cat([c, c.new_zeros(c.shape[0], 1)], dim=1)
+    return c[:, 0::2] | (c[:, 1::2] << 4)
+
+
+def lut_matvec_ref(x, packed, table, n: int, sparse_idx=None, sparse_val=None) -> torch.Tensor:
+    """x (k, n) @ W^T -> (k, out) in float32, W[r, c] = table[r, code(r, c)] (+ the sparse part:
+    sparse_val (nnz,) at rows sparse_idx[0], columns sparse_idx[1]); codes packed by pack_nibbles,
+    table (out, L) with L <= 16: SqueezeLLM's dense-and-sparse product."""
+    codes = torch.stack([packed & 15, packed >> 4], dim=2).reshape(packed.shape[0], -1)[:, :n]  # (out, n)
+    w = torch.gather(table.float(), 1, codes.long())  # (out, n)
+    y = x.float() @ w.t()
+    if sparse_val is not None and sparse_val.numel():
+        r, c = sparse_idx
+        y.index_add_(1, r, x.float()[:, c] * sparse_val.float())  # (k, nnz) into their rows
+    return y

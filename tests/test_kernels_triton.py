@@ -163,3 +163,45 @@ def test_bad_shapes():
         T.speculative_accept(
             torch.zeros(3, 8), torch.zeros(3, 8), torch.zeros(3, dtype=torch.long), torch.rand(4)
         )  # noqa: E501
+
+
+# -- the non-uniform (SqueezeLLM) matrix-vector product: nibble codes, per-row tables, sparse part
+
+
+def lut_case(out, n, bits, nnz, k, seed=0):
+    g = torch.Generator().manual_seed(seed + out * 7 + n)
+    codes = torch.randint(0, 2**bits, (out, n), generator=g, dtype=torch.uint8)
+    table = torch.randn(out, 2**bits, generator=g).sort(dim=1).values
+    x = torch.randn(k, n, generator=g)
+    flat = torch.randperm(out * n, generator=g)[:nnz]
+    idx = torch.stack([flat // n, flat % n])
+    val = torch.randn(nnz, generator=g) * 5
+    return x, codes, table, idx, val
+
+
+@pytest.mark.parametrize("out,n,bits,nnz,k", [(1, 1, 4, 0, 1), (37, 50, 3, 0, 1), (64, 129, 4, 9, 3),
+                                              (130, 77, 3, 20, 11), (200, 256, 4, 0, 2)])  # fmt: skip
+def test_lut_matvec(out, n, bits, nnz, k):
+    from bildlib.kernels import triton_lut as TL
+
+    x, codes, table, idx, val = lut_case(out, n, bits, nnz, k)
+    packed = R.pack_nibbles(codes)
+    dense = torch.gather(table, 1, codes.long())  # (out, n): W without packing, the plain product's
+    want = x @ dense.t()
+    if nnz:
+        want += x[:, idx[1]] @ torch.zeros(nnz, out).index_put_((torch.arange(nnz), idx[0]), val)
+    ref = R.lut_matvec_ref(x, packed, table, n, idx if nnz else None, val if nnz else None)
+    torch.testing.assert_close(ref, want, rtol=1e-5, atol=1e-4)
+    y = TL.lut_matvec(x.to(DEV), packed.to(DEV), table.to(DEV), n, idx.to(DEV) if nnz else None,
+                      val.to(DEV) if nnz else None)  # fmt: skip
+    torch.testing.assert_close(y.cpu(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_lut_matvec_refuses_bad_layouts():
+    from bildlib.kernels import triton_lut as TL
+
+    x, codes, table, _, _ = lut_case(8, 10, 4, 0, 1)
+    with pytest.raises(ValueError, match="packed must be uint8"):
+        TL.lut_matvec(x, codes, table, 10)  # unpacked codes
+    with pytest.raises(ValueError, match="x must be"):
+        TL.lut_matvec(x[:, :9], R.pack_nibbles(codes), table, 10)

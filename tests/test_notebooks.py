@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, as_git_has_it
 
 NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers",
-             "fig7", "fig6", "small_models", "pet"]  # fmt: skip
+             "fig7", "fig6", "small_models", "pet", "quantized"]  # fmt: skip
 # small_models runs on the shipped small and aligned models standing in for the students (make
 # models-candidates builds them)
 ALIGNED = "data/checkpoints/multi30k-small-aligned"
@@ -162,7 +162,13 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "small_models": TRIAL,
         "pet": {"runs": {"none": TRIAL["candidates"]["small"], "pairs": TRIAL["candidates"]["aligned"]},
                 "step_rounds": 1},  # fmt: skip
+        # one quantization, round-to-nearest 3-bit (fast to build), beside the bf16 large
+        "quantized": {"labels": ["bf16", "rtn3"], "timed": ["rtn3"], "fallbacks": [0.5],
+                      "quant_dir": str(tmp_path / "quant")},  # fmt: skip
     }
+    from bildlib.quant.build import build
+
+    build(["rtn3"], out=tmp_path / "quant")
     plan = [(name, tiny | extra[name]) for name in NOTEBOOKS]
     run = "\n".join(["import json, sys", "from bildlib.experiments.paper import dryrun",
                      "for nb, params in json.load(sys.stdin): dryrun.execute(nb, params)"])  # fmt: skip

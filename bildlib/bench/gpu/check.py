@@ -34,6 +34,8 @@ from bildlib.data import atomic_path
 PLAN = {  # part: what it runs and writes (the kernel tests run before, from the Makefile)
     "kernels": "the kernels' benchmark (bildlib.kernels.bench): torch eager against Triton, V 32,128 and "
     "250,112, k 1-16, float32 and bfloat16, CUDA events -> kernels.csv",
+    "lut": "the SqueezeLLM matrix-vector kernel (bildlib.kernels.lut_bench): Triton LUT on 4- and 3-bit "
+    "codes, with and without a 0.45 % sparse part, against torch's bf16 product, k 1 and 4 -> lut.csv",
     "steps": "a one-token step and a 10-token call of each model, HF's forward against the lean engine, "
     "float32 and bfloat16, CUDA synchronised (bildlib.bench.callbench) -> steps.csv",
     "fig4": "fig4's sweep (experiments.sweep, as notebooks/fig4 runs it) on the shipped pair, the first 50 "
@@ -150,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
                 from bildlib.kernels import bench
 
                 bench.main(["--csv", str(out / "kernels.csv"), "--repeats", str(a.repeats)])
+            elif part == "lut" and device.type == "cuda":
+                from bildlib.kernels import lut_bench
+
+                lut_bench.main(["--csv", str(out / "lut.csv")])
             elif part == "steps":
                 print(steps(device, out, a.rounds).round(3).to_string(index=False), flush=True)
             elif part == "fig4":

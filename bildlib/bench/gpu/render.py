@@ -22,6 +22,7 @@ def summary(out: Path) -> str:
               "steps.csv": "One call of each engine (milliseconds, medians)",
               "fig4_table1.csv": "Table 1 from fig4's sweep on this GPU",
               "kernels.csv": "Policy kernels: torch eager against Triton (microseconds)",
+              "lut.csv": "SqueezeLLM's matrix-vector product: Triton LUT against torch bf16 (microseconds)",
               "dryrun.csv": "The paper presets' dry run on this GPU (random models, n = 2)"}  # fmt: skip
     if bad := failed(out):
         lines += ["**Parts that failed on this run** (their tables are absent or older): "

@@ -1,0 +1,121 @@
+"""The large model weight-quantized, and BiLD on top (notebooks/quantized.ipynb; docs/quantization.md).
+
+Per quantization (bildlib.quant; `make quantized` builds the checkpoints):
+- the weight bytes a kernel reads (codes, tables, sparse part; the embeddings and head in bf16),
+  against the bf16 model's;
+- greedy BLEU of the quantized large alone (batched, sacrebleu; analysis.evaluate);
+- one interleaved sweep with it as the large model: its own vanilla decoding (the baseline,
+  repeated), lossless BiLD (`distance="exact"`) and Algorithm 1 at each α_FB with the aligned small
+  model. BiLD's speedups over that quantized large are measured.
+
+What is projected, never measured here: the quantized large's own speed. The engines run the
+dequantized weights (quant.model), as fast as bf16 ones, because this CPU has no kernel for the
+non-uniform codes (the Triton kernel, kernels/triton_lut.py, is for CUDA). The projection is the
+weights-read bound of a memory-bound step: time scales with the bytes read, phi = bytes / bf16
+bytes, so the quantized large alone is 1 / phi times faster and BiLD over it
+(BiLD's measured speedup) / phi times faster than the bf16 large. Columns say `projected`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bildlib import REPO_ROOT, repo_relative
+from bildlib import experiments as X
+from bildlib.analysis import summarize, vanilla_large
+from bildlib.analysis.evaluate import evaluate
+from bildlib.models import load_model, locate
+from bildlib.quant import model as QM
+from bildlib.quant.build import BASE, OUT, folder
+from bildlib.quant.config import parse
+
+LABELS = ["bf16", "int8", "rtn4", "rtn3", "kmeans3", "squeeze4", "squeeze3", "squeeze4-s0.45%",
+          "squeeze3-s0.45%"]  # fmt: skip
+
+
+def check(labels: list[str], quant_dir: str = OUT) -> dict[str, str]:
+    """{label: checkpoint folder} (quant_dir/<label>); bf16 is the shipped large. A label not built
+    names make quantized."""
+    if not isinstance(labels, list) or not labels:
+        raise ValueError(f"labels must be a non-empty list of quantizations, got {labels!r}")
+    out = {}
+    for label in labels:
+        cfg = parse(label)  # a bad label says what labels look like
+        if cfg.method == "none":
+            out[label] = locate(BASE)
+            continue
+        f = folder(quant_dir if Path(quant_dir).is_absolute() else REPO_ROOT / quant_dir, cfg.label)
+        if not QM.is_quantized(f):
+            raise FileNotFoundError(
+                f"labels: {label!r}: no quantized checkpoint at {repo_relative(f)}; `make quantized` "
+                f"builds them (python -m bildlib.quant.build --labels {label!r})"
+            )
+        out[label] = str(f)
+    return out
+
+
+def sizes(folders: dict[str, str]) -> pd.DataFrame:
+    """label, method, bits, outliers, bytes (total, linear layers), the bf16 model's, phi."""
+    model, _ = load_model(BASE, dtype="bfloat16")
+    bf16 = QM.nbytes(model, {})
+    rows = []
+    for label, f in folders.items():
+        cfg = parse(label)
+        b = QM.read_meta(f)["bytes"] if cfg.method != "none" else bf16
+        rows.append({"label": label, "method": cfg.method, "bits": cfg.bits, "outliers": cfg.outliers,
+                     "mb": b["total"] / 1e6, "linear_mb": b["linear"] / 1e6, "bf16_mb": bf16["total"] / 1e6,
+                     "phi": b["total"] / bf16["total"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def quality(folders: dict[str, str], split: str = "val", n: int | None = None, dtype: str = "default"):
+    """label, greedy BLEU of the large alone (batched), the sacrebleu signature."""
+    rows = []
+    for label, f in folders.items():
+        e = evaluate(f, split, n, dtype=dtype)
+        rows.append({"label": label, "bleu": e["bleu"], "signature": e["signature"], "dtype": e["dtype"]})
+    return pd.DataFrame(rows)
+
+
+def configs(fallbacks: list[float], lossless_fallback: float, rollback: float = 1.0, small: str = "aligned"):
+    """Algorithm 1 at each α_FB and lossless BiLD at lossless_fallback, with `small`."""
+    kw = {"model": small, "rollback": float(rollback)}
+    return [X.Config("bild", fallback=float(fb), **kw) for fb in fallbacks] + [
+        X.Config("bild", fallback=float(lossless_fallback), distance="exact", **kw)
+    ]
+
+
+def speed(label: str, df: pd.DataFrame, tol: float = 0.5) -> dict:
+    """From one quantization's sweep: its vanilla ms per sentence and BLEU, BiLD's lossless speedup
+    and its best within `tol` BLEU of that vanilla, each with its 95 % interval and α_FB."""
+    s = summarize(df)
+    v = vanilla_large(s)
+    row = {"label": label, "vanilla_ms": 1e3 * s.attrs["baseline_latency_s"],
+           "vanilla_bleu": float(v["score"].mean()), "spread_pct": s.attrs["baseline_spread_pct"],
+           "busy": int(s["busy"].sum())}  # fmt: skip
+    bild = s[s["method"] == "bild"]
+    exact = bild["label"].str.contains("-exact")
+    within = bild["score"] >= row["vanilla_bleu"] - tol - 1e-9
+    for name, pick in (("lossless", bild[exact]), ("best", bild[~exact & within])):
+        if pick.empty:
+            continue
+        b = pick.loc[pick["speedup"].idxmax()]
+        row |= {f"{name}_speedup": b["speedup"], f"{name}_lo": b["speedup_lo"], f"{name}_hi": b["speedup_hi"],
+                f"{name}_fb": b["fallback"], f"{name}_bleu": b["score"]}  # fmt: skip
+    return row
+
+
+def table(sz: pd.DataFrame, q: pd.DataFrame, sp: pd.DataFrame) -> pd.DataFrame:
+    """One row per quantization: bytes, BLEU and its change from bf16, then speeds against the bf16
+    vanilla large: the large alone and BiLD over it, projected by the weights-read bound (module
+    docstring) from BiLD's measured speedups."""
+    t = sz.merge(q, on="label").merge(sp, on="label", how="left")
+    ref = t.loc[t["method"] == "none", "bleu"]
+    t["delta_bleu"] = t["bleu"] - (ref.iloc[0] if len(ref) else float("nan"))
+    t["alone_projected"] = 1 / t["phi"]
+    for name in ("lossless", "best"):
+        if f"{name}_speedup" in t:
+            t[f"{name}_projected"] = t[f"{name}_speedup"] / t["phi"]
+    return t

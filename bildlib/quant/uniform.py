@@ -1,0 +1,34 @@
+"""Uniform quantization: round-to-nearest (the baseline of SqueezeLLM's Table 1) and int8."""
+
+from __future__ import annotations
+
+import torch
+
+from bildlib.quant.weights import QWeight
+
+
+def rtn(w: torch.Tensor, bits: int, group: int | None = None, name: str = "weight") -> QWeight:
+    """Asymmetric round-to-nearest of w (out, in): per output channel, or per `group` input columns,
+    the range [min, max] cut into 2^bits - 1 equal steps; each weight rounded to the nearest step."""
+    out, n = w.shape
+    g = n if group is None else group
+    if n % g:
+        raise ValueError(f"group ({g}) must divide the input width of {name} ({n} columns)")
+    x = w.detach().float().view(out, n // g, g)  # (out, G, group)
+    lo, hi = x.amin(-1, keepdim=True).clamp(max=0), x.amax(-1, keepdim=True).clamp(min=0)
+    L = 2**bits - 1
+    scale = ((hi - lo) / L).clamp(min=1e-12)  # (out, G, 1)
+    zero = torch.round(-lo / scale)
+    codes = torch.clamp(torch.round(x / scale) + zero, 0, L)
+    table = (torch.arange(L + 1, dtype=torch.float32) - zero) * scale  # (out, G, 2^bits)
+    return QWeight(codes.to(torch.uint8).view(out, n), table, bits)
+
+
+def int8(w: torch.Tensor) -> QWeight:
+    """Symmetric int8 per output channel (scale = max |w| / 127): the weights of a CPU int8 product
+    (int8.py). Codes are the int8 values shifted by 128 into uint8."""
+    x = w.detach().float()
+    scale = (x.abs().amax(1, keepdim=True) / 127).clamp(min=1e-12)  # (out, 1)
+    q = torch.clamp(torch.round(x / scale), -127, 127)
+    table = ((torch.arange(256, dtype=torch.float32) - 128) * scale).unsqueeze(1)  # (out, 1, 256)
+    return QWeight((q + 128).to(torch.uint8), table, 8)
