@@ -112,3 +112,21 @@ def test_a_failed_part_is_recorded_and_rendered(tmp_path, monkeypatch):
     assert "`dryrun (ModuleNotFoundError" in render.block(tmp_path)
     (folder / "failed.txt").write_text("")  # a run where every part passed
     assert "failed" not in render.block(tmp_path).lower().replace("a setting failed", "")
+
+
+def test_the_lut_part_renders_one_row_per_shape(tmp_path):
+    """lut.csv (kernels.lut_bench's columns) as the summary's table: one row per weight shape at one row
+    of x, a column per kernel and setting."""
+    import pandas as pd
+
+    from bildlib.bench.gpu import render
+
+    rows = [{"out": o, "in": i, "k": k, "kernel": kern, "bits": b, "sparse": sp, "bytes": 1, "us": us,
+             "gbps": 1.0, "vs_bf16": 1.0}
+            for o, i in ((1024, 384), (4096, 4096)) for k in (1, 4)
+            for kern, b, sp, us in (("torch bf16 mm", 16, 0.0, 10.0 * k), ("triton LUT", 4, 0.0, 5.0 * k),
+                                    ("triton LUT", 3, 0.0045, 6.0 * k))]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "lut.csv", index=False)
+    text = "\n".join(render._lut(tmp_path))
+    assert "| 1,024 × 384 | 10.0 | 5.0 | 6.0 |" in text and "| 4,096 × 4,096 | 10.0 | 5.0 | 6.0 |" in text
+    assert "torch bf16" in text and "3-bit + 0.45 %" in text and "LUT 3-bit" not in text  # only what ran

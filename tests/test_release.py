@@ -7,7 +7,6 @@ import re
 import pandas as pd
 import pytest
 
-from bildlib.analysis import tables
 from bildlib.analysis.targets import default_dtype
 from bildlib.reports import readme, release
 from conftest import REPO
@@ -30,25 +29,9 @@ def dtypes_read(root, paths: list[str]) -> dict[str, set[str]]:
     return out
 
 
-def block_reads(text: str, root=REPO) -> dict[str, list[str]]:
-    """{block: the paths its rendering read} for each block of text but the release line (it quotes
-    no run, only make release's minutes)."""
-    out = {}
-    for m in readme.BLOCK.finditer(text):
-        if m["name"] == "release":
-            continue
-        tables.READ = []
-        try:
-            readme.BLOCKS[m["name"]](root)
-            out[m["name"]] = tables.READ
-        finally:
-            tables.READ = None
-    return out
-
-
 def blocks_and_dtypes(text: str, root=REPO) -> dict[str, dict[str, set[str]]]:
     """{block: {file: dtypes}}: each block of text rendered with its reads recorded."""
-    return {name: dtypes_read(root, reads) for name, reads in block_reads(text, root).items()}
+    return {name: dtypes_read(root, reads) for name, reads in readme.reads(text, root).items()}
 
 
 def unexplained(text: str, found: dict, default: str) -> dict[str, dict]:
@@ -86,7 +69,7 @@ def test_readme_quotes_the_release_code_state_or_names_the_blocks_that_do_not():
     text = (REPO / "README.md").read_text()
     code = release.rows(REPO)["code"].iloc[-1]
     off = []
-    for name, reads in block_reads(text).items():
+    for name, reads in readme.reads(text, REPO).items():
         codes = release.codes_read(REPO, reads)
         assert codes, f"README block {name} reads no run's checks JSON: its code state is unknown"
         if set(codes.values()) != {code}:
@@ -118,6 +101,8 @@ def test_release_records_each_target_once_per_code_state(tmp_path, monkeypatch):
     assert not release.done("figures", tmp_path) and release.count(tmp_path) == 0
     before = release.count(tmp_path)
     (tmp_path / "data" / "results" / "p" / "k.parquet").write_bytes(b"x")
+    (tmp_path / "data" / "results" / "p" / "j.partial.parquet").write_bytes(b"x")  # unfinished: not a result
+    assert release.count(tmp_path) == 1
     release.record("figures", 125, before, tmp_path)
     t = release.rows(tmp_path)
     row = t.to_dict("records")[0]

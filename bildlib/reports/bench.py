@@ -22,7 +22,7 @@ from bildlib.analysis.targets import (
 
 
 def dtype_block(root: Path) -> str:
-    """Which dtype is the default (bildlib.dtype_choice), from make bench's two runs."""
+    """Which dtype is the default (analysis.targets.dtype_choice), from make bench's two runs."""
     c, checks = committed_choice(root)
     cb, cf = checks["bfloat16"], checks["float32"]
     rows = [["bfloat16 (`auto`)", f"{c['bf16_score']:.2f}", f"{c['bf16_ms']:.1f}", run_line(cb)],

@@ -99,23 +99,30 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
 }  # fmt: skip
 
 
-def off_release(root: Path) -> list[str]:
-    """README's blocks that quote a run made at another code state than the last release's."""
+def reads(text: str, root: Path) -> dict[str, list[str]]:
+    """{block: the paths its rendering read (analysis.tables.READ)} for each block of text but the
+    release line, which quotes no run, only make release's minutes."""
     from bildlib.analysis import tables
 
-    code = release.rows(root)["code"].iloc[-1]
-    text, prev, off = (root / "README.md").read_text(), tables.READ, []
+    out, prev = {}, tables.READ
     try:
         for m in BLOCK.finditer(text):
-            if m["name"] == "release":
-                continue
-            tables.READ = []
-            BLOCKS[m["name"]](root)
-            if set(release.codes_read(root, tables.READ).values()) != {code}:
-                off.append(m["name"])
+            if m["name"] != "release":
+                tables.READ = []
+                BLOCKS[m["name"]](root)
+                out[m["name"]] = tables.READ
     finally:
         tables.READ = prev
-    return off
+    return out
+
+
+def off_release(root: Path) -> list[str]:
+    """README's blocks that quote a run made at another code state than the last release's."""
+    code = release.rows(root)["code"].iloc[-1]
+    return [name for name, paths in reads((root / "README.md").read_text(), root).items()
+            if set(release.codes_read(root, paths).values()) != {code}]  # fmt: skip
+
+
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md",
          "docs/engines.md")

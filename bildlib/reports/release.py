@@ -27,8 +27,10 @@ COLUMNS = ["target", "code", "minutes", "new_results", "machine"]
 
 
 def count(root: Path = REPO_ROOT) -> int:
-    """Results in the cache (one parquet per configuration: experiments.cache)."""
-    return sum(1 for _ in (root / "data" / "results").rglob("*.parquet"))
+    """Finished results in the cache (one parquet per configuration: experiments.cache; a sweep's
+    unfinished rows sit in *.partial.parquet files, which become results when they finish)."""
+    files = (root / "data" / "results").rglob("*.parquet")
+    return sum(1 for p in files if not p.name.endswith(".partial.parquet"))
 
 
 def rows(root: Path = REPO_ROOT) -> pd.DataFrame:

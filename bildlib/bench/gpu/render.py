@@ -69,11 +69,12 @@ def block(root: Path, folder: str = FOLDER) -> str:
         krows.append([f"`{op}`", *(f"{r.torch_us:.0f} → {r.triton_us:.0f}" for r in g.itertuples())])
     heads = [f"{r.dtype}, V {r.V:,}" for r in g.itertuples()]
     wins = (k["speedup"] > 1).sum()
+    bad = failed(out)
     more = (_steps(out) if (out / "steps.csv").exists() else []) + (
         _fig4(root, folder) if (out / "fig4_table1.csv").exists() else []) + (
         _dryrun(out) if (out / "dryrun.csv").exists() else []) + (  # parts an older run lacks
-        ["", "**Parts that failed on this run:** " + "; ".join(f"`{b}`" for b in failed(out)) + "."]
-        if failed(out) else [])
+        _lut(out) if (out / "lut.csv").exists() else []) + (
+        ["", "**Parts that failed on this run:** " + "; ".join(f"`{b}`" for b in bad) + "."] if bad else [])
     return "\n".join([
         f"Run {m['date']} on one {m['device']} (CUDA {m['cuda']}, torch {v['torch']}, Triton {v['triton']}, "
         f"transformers {v['transformers']}) with `make gpu-check`; files in `{folder}/`.",
@@ -132,3 +133,20 @@ def _dryrun(out: Path) -> list[str]:
         line += f" The first failure: {b['preset']} / {b['notebook']}: `{b['error'][:200]}`."
     return ["", line]
 
+
+def _lut(out: Path) -> list[str]:
+    """SqueezeLLM's matrix-vector kernel against torch's bf16 product, from lut.csv (one row of x)."""
+    from bildlib.analysis.tables import md_table
+
+    t = pd.read_csv(out / "lut.csv")
+    t = t[t["k"] == 1]
+    name = {(16, 0.0): "torch bf16", (4, 0.0): "LUT 4-bit", (3, 0.0): "LUT 3-bit",
+            (4, 0.0045): "4-bit + 0.45 %", (3, 0.0045): "3-bit + 0.45 %"}  # fmt: skip
+    cols = [c for c in name if any((t["bits"] == c[0]) & (t["sparse"] == c[1]))]
+    rows = []
+    for (o, i), g in t.groupby(["out", "in"], sort=False):
+        us = {(r.bits, r.sparse): r.us for r in g.itertuples()}
+        rows.append([f"{o:,} × {i:,}", *(f"{us[c]:.1f}" for c in cols)])
+    return ["", "**SqueezeLLM's matrix-vector product** (kernels/triton_lut.py; docs/quantization.md), "
+            "microseconds per call for one row of x, medians of CUDA-event timings:", "",
+            md_table(["W (out × in)", *(name[c] for c in cols)], rows)]  # fmt: skip
