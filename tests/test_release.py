@@ -111,6 +111,9 @@ def test_release_records_each_target_once_per_code_state(tmp_path, monkeypatch):
     assert release.done("figures", tmp_path) and not release.done("bench", tmp_path)
     line = release.block(tmp_path, ["ct2"])
     assert "`abc123`" in line and "1 targets in 0 h 2 min (figures 2.1; minutes)" in line and "`ct2`" in line
+    assert "In docs/" not in line
+    line = release.block(tmp_path, [], {"docs/results.md": ["pet", "students"]})
+    assert "Every block below" in line and "In docs/" in line and "results.md (pet, students)" in line
     state["code"] = "def456"  # new code: every target runs again
     assert not release.done("figures", tmp_path)
     state["code"] = "def456+changes"

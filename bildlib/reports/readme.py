@@ -95,7 +95,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
     "pet": lambda r: _petstudy().block(r),
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
-    "release": lambda r: release.block(r, off_release(r)),  # README
+    "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
 }  # fmt: skip
 
 
@@ -116,11 +116,17 @@ def reads(text: str, root: Path) -> dict[str, list[str]]:
     return out
 
 
-def off_release(root: Path) -> list[str]:
-    """README's blocks that quote a run made at another code state than the last release's."""
+def off_release(root: Path, file: str = "README.md") -> list[str]:
+    """The blocks of `file` that quote a run made at another code state than the last release's (or
+    one from before runs recorded their code state)."""
     code = release.rows(root)["code"].iloc[-1]
-    return [name for name, paths in reads((root / "README.md").read_text(), root).items()
+    return [name for name, paths in reads((root / file).read_text(), root).items()
             if set(release.codes_read(root, paths).values()) != {code}]  # fmt: skip
+
+
+def docs_off_release(root: Path) -> dict[str, list[str]]:
+    """{doc: its blocks off the release} for the docs make report writes (README aside)."""
+    return {f: off for f in FILES if f != "README.md" and (off := off_release(root, f))}
 
 
 # the files whose blocks make report writes

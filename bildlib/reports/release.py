@@ -71,9 +71,10 @@ def codes_read(root: Path, paths: list[str]) -> dict[str, str]:
     return {p: json.loads((root / p).read_text()).get("code", "none") for p in dict.fromkeys(runs)}
 
 
-def block(root: Path = REPO_ROOT, stale: list[str] | None = None) -> str:
+def block(root: Path = REPO_ROOT, stale: list[str] | None = None, docs: dict | None = None) -> str:
     """README's release line: the last release's code state, machine, minutes per target, total;
-    `stale`: the README blocks whose runs are from another code state (reports.readme passes them)."""
+    `stale`: the README blocks whose runs are from another code state, `docs`: {doc: such blocks}
+    (reports.readme passes them)."""
     t = read_csv(root, FILE)
     code = t["code"].iloc[-1]
     t = t[t["code"] == code]
@@ -88,6 +89,9 @@ def block(root: Path = REPO_ROOT, stale: list[str] | None = None) -> str:
                  + ", ".join(f"`{s}`" for s in stale) + ".")
     else:
         line += " Every block below quotes runs from this code state."
+    if docs:
+        line += (" In docs/, blocks from other code states, or from runs made before code states were "
+                 "recorded: " + "; ".join(f"{Path(f).name} ({', '.join(b)})" for f, b in docs.items()) + ".")
     return line
 
 
