@@ -81,6 +81,11 @@ def block(root: Path = REPO_ROOT) -> str:
                     f"{int(van.index[-2])}).")  # fmt: skip
     else:
         verdict += f"Vanilla large's throughput peaks at batch {top} ({van.max():.1f} sentences/s)."
+    one = t[t["decoder"] == "BiLD best, per sentence"]["sentences_per_s"]
+    if under := [int(B) for B, r in best.iterrows() if r["sentences_per_s"] < one.min()]:
+        verdict += (f" BiLD best one sentence at a time (the lean engine) gives {one.min():.1f} to "
+                    f"{one.max():.1f} sentences/s (timed beside each batch size), more than batched BiLD "
+                    f"best at batch {', '.join(map(str, under))}.")  # fmt: skip
     head = ["batch", "vanilla large", "BiLD lossless", "BiLD best", "speculative (greedy, 4)",
             "BiLD best, one at a time"]  # fmt: skip
     return "\n".join([text + " " + verdict, "", md_table(head, rows)])

@@ -59,7 +59,8 @@ def record(target: str, seconds: float, before: int, root: Path = REPO_ROOT) -> 
 def codes_read(root: Path, paths: list[str]) -> dict[str, str]:
     """{checks file: the code state it names} for the runs behind the paths a block read: each JSON
     read, and for a CSV whose folder gave no JSON, the `<prefix>_checks.json` beside it whose prefix
-    starts the CSV's name (table5.csv: table5_checks.json; peers_all.csv: peers_checks.json)."""
+    starts the CSV's name (table5.csv: table5_checks.json; peers_all.csv: peers_checks.json), or the
+    JSON of the same name (throughput.csv: throughput.json)."""
     paths = list(dict.fromkeys(paths))
     runs = [p for p in paths if p.endswith(".json")]
     folders = {str(Path(p).parent) for p in runs}
@@ -68,6 +69,8 @@ def codes_read(root: Path, paths: list[str]) -> dict[str, str]:
         if p.endswith(".csv") and str(Path(p).parent) not in folders:
             runs += [str(c.relative_to(root)) for c in sorted(f.parent.glob("*_checks.json"))
                      if f.stem.startswith(c.name.removesuffix("_checks.json"))]  # fmt: skip
+            if f.with_suffix(".json").is_file():  # throughput.csv: throughput.json
+                runs.append(str(f.with_suffix(".json").relative_to(root)))
     return {p: json.loads((root / p).read_text()).get("code", "none") for p in dict.fromkeys(runs)}
 
 
