@@ -27,6 +27,7 @@ def test_editing_a_csv_makes_the_check_fail(tmp_path):
     shutil.copy(REPO / "data" / "checkpoints" / "pair.json", tmp_path / "data" / "checkpoints")
     shutil.copytree(REPO / "data" / "checkpoints" / "cards", tmp_path / "data" / "checkpoints" / "cards")
     shutil.copy(REPO / "README.md", tmp_path)  # the release line lists README's blocks (readme.off_release)
+    shutil.copytree(REPO / "docs", tmp_path / "docs")  # and the docs' blocks from other code states
     assert report.check(tmp_path, REPO) == {}
     f = tmp_path / "figures" / "full" / "table1.csv"
     t = pd.read_csv(f)

@@ -88,7 +88,12 @@ def save(out: Path, model, tok, cfg: QuantConfig, q: dict[str, QWeight], dtype: 
     compact form (packed codes, tables, sparse parts); quant.json, written last."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model.to(dtype).save_pretrained(out)
+    model = model.to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():  # a CPU float32 model's column-major weights (models.load_model)
+            if not p.is_contiguous():
+                p.data = p.data.contiguous()
+    model.save_pretrained(out)
     tok.save_pretrained(out)
     t: dict[str, torch.Tensor] = {}
     for n, w in q.items():

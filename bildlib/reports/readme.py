@@ -126,7 +126,8 @@ def off_release(root: Path, file: str = "README.md") -> list[str]:
 
 def docs_off_release(root: Path) -> dict[str, list[str]]:
     """{doc: its blocks off the release} for the docs make report writes (README aside)."""
-    return {f: off for f in FILES if f != "README.md" and (off := off_release(root, f))}
+    docs = [f for f in FILES if f != "README.md" and (root / f).is_file()]
+    return {f: off for f in docs if (off := off_release(root, f))}
 
 
 # the files whose blocks make report writes
