@@ -275,6 +275,13 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()
+        elif name == "quantized":  # bytes, BLEU, and BiLD over the timed 3-bit large
+            q = pd.read_csv(tmp_path / "fig" / "quantized.csv").set_index("label")
+            assert list(q.index) == ["bf16", "rtn3"] and q["phi"]["bf16"] == 1 and q["phi"]["rtn3"] < 0.4
+            assert q["delta_bleu"]["bf16"] == 0 and np.isfinite(q["delta_bleu"]["rtn3"])
+            assert q["lossless_speedup"]["rtn3"] > 0 and pd.isna(q["lossless_speedup"]["bf16"])  # untimed
+            want = q["lossless_speedup"]["rtn3"] / q["phi"]["rtn3"]
+            assert q["lossless_projected"]["rtn3"] == pytest.approx(want, rel=1e-3)  # the CSV's 4 digits
         elif name != "fig9":  # fig9 shows text; the others save the plotted summary
             s = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert {"label", "score", "norm_latency", "speedup", "fallback_pct", "large_pct"} <= set(
