@@ -75,6 +75,8 @@ def test_rtn_and_int8_are_uniform_grids():
     assert (q.dequant() - w).abs().max() <= step.max() / 2 + 1e-6
     q8 = int8(w)
     assert (q8.dequant() - w).abs().max() <= w.abs().amax() / 254 + 1e-6
+    assert q.uniform and q8.uniform and q.nbytes() == 8 * 32 // 2 + 4 * 8 * 4  # 4-bit codes, scale and zero
+    assert q8.nbytes() == 8 * 32 + 4 * 8  # int8: a byte a weight, one scale (and zero) per row
 
 
 @pytest.mark.parametrize("bits,n", [(3, 7), (4, 10), (8, 5)])
@@ -211,3 +213,36 @@ def test_lossless_bild_over_a_quantized_large_is_its_greedy(engine, multi30k_dir
         assert out == want
         rollbacks += tr.rollbacks
     assert rollbacks > 0  # the check saw the large model overrule the small one
+
+
+def test_the_readme_block_marks_what_is_projected(tmp_path):
+    """quantbench.table's projections (measured speedup / phi) and README's block from the files the
+    notebook writes: untimed rows say so, and the three benchmarks are read off the table."""
+    import json
+
+    import pandas as pd
+
+    from bildlib.bench import quantbench as QB
+
+    sz = pd.DataFrame({"label": ["bf16", "int8", "rtn3", "squeeze3"], "bits": [16, 8, 3, 3],
+                       "method": ["none", "int8", "rtn", "squeeze"], "outliers": 0.0,
+                       "mb": [46.3, 27.0, 14.4, 14.5], "bf16_mb": 46.3, "step_mb": [30.0, 16.0, 8.0, 8.2],
+                       "phi": [1.0, 0.53, 0.27, 0.27]})  # fmt: skip
+    q = pd.DataFrame({"label": sz["label"], "bleu": [37.8, 37.7, 35.9, 37.3], "signature": "s",
+                      "dtype": "bfloat16"})  # fmt: skip
+    sp = pd.DataFrame([{"label": "bf16", "lossless_speedup": 1.4, "best_speedup": 1.7},
+                       {"label": "int8", "lossless_speedup": 1.38, "best_speedup": 1.6}])  # fmt: skip
+    t = QB.table(sz, q, sp)
+    assert t.set_index("label")["best_projected"]["int8"] == pytest.approx(1.6 / 0.53)
+    assert t.set_index("label")["delta_bleu"].round(2).tolist() == [0.0, -0.1, -1.9, -0.5]
+    (tmp_path / "f").mkdir()
+    t.to_csv(tmp_path / "f" / "quantized.csv", index=False)
+    sweep = {"n": 3, "dtype": "bfloat16", "engine": "lean", "device": "cpu", "threads": 2,
+             "signature": "sig", "baseline spread %": 1.0, "busy configurations": 0}  # fmt: skip
+    checks = {"sweeps": {"bf16": sweep, "int8": sweep}, "tolerance": 0.5}
+    (tmp_path / "f" / "quantized_checks.json").write_text(json.dumps(checks))
+    b = QB.block(tmp_path, "f")
+    assert "| `rtn3` | 14.4 | 35.90 (-1.90) | not timed | not timed | 3.70× | – |" in b
+    assert "BiLD over int8 ≥ 2.5×: projected 3.02×" in b
+    assert "int8 alone ≥ 1.3× at ≤ 0.3 BLEU: not measured" in b
+    assert "-0.50 against -1.90, holds" in b and "**Projected**" in b

@@ -11,9 +11,10 @@ Per quantization (bildlib.quant; `make quantized` builds the checkpoints):
 What is projected, never measured here: the quantized large's own speed. The engines run the
 dequantized weights (quant.model), as fast as bf16 ones, because this CPU has no kernel for the
 non-uniform codes (the Triton kernel, kernels/triton_lut.py, is for CUDA). The projection is the
-weights-read bound of a memory-bound step: time scales with the bytes read, phi = bytes / bf16
-bytes, so the quantized large alone is 1 / phi times faster and BiLD over it
-(BiLD's measured speedup) / phi times faster than the bf16 large. Columns say `projected`.
+weights-read bound of a memory-bound step: time scales with the bytes a decoder step reads (its
+linear layers and the output head), phi = those bytes / bf16's, so the quantized large alone is
+1 / phi times faster and BiLD over it (BiLD's measured speedup) / phi times faster than the bf16
+large. Columns say `projected`.
 """
 
 from __future__ import annotations
@@ -57,16 +58,18 @@ def check(labels: list[str], quant_dir: str = OUT) -> dict[str, str]:
 
 
 def sizes(folders: dict[str, str]) -> pd.DataFrame:
-    """label, method, bits, outliers, bytes (total, linear layers), the bf16 model's, phi."""
+    """label, method, bits, outliers; MB of weights (all; the bf16 model's); MB a decoder step
+    reads (its linear layers and the head, quant.model.step_bytes); phi = that over bf16's."""
     model, _ = load_model(BASE, dtype="bfloat16")
-    bf16 = QM.nbytes(model, {})
+    bf16, bf16_step = QM.nbytes(model, {}), QM.step_bytes(model, {})
     rows = []
     for label, f in folders.items():
         cfg = parse(label)
-        b = QM.read_meta(f)["bytes"] if cfg.method != "none" else bf16
+        q = QM.load_quantized(f)[1] if cfg.method != "none" else {}
+        b, step = QM.nbytes(model, q), QM.step_bytes(model, q)
         rows.append({"label": label, "method": cfg.method, "bits": cfg.bits, "outliers": cfg.outliers,
-                     "mb": b["total"] / 1e6, "linear_mb": b["linear"] / 1e6, "bf16_mb": bf16["total"] / 1e6,
-                     "phi": b["total"] / bf16["total"]})  # fmt: skip
+                     "mb": b["total"] / 1e6, "bf16_mb": bf16["total"] / 1e6, "step_mb": step / 1e6,
+                     "phi": step / bf16_step})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -102,8 +105,8 @@ def speed(label: str, df: pd.DataFrame, tol: float = 0.5) -> dict:
         if pick.empty:
             continue
         b = pick.loc[pick["speedup"].idxmax()]
-        row |= {f"{name}_speedup": b["speedup"], f"{name}_lo": b["speedup_lo"], f"{name}_hi": b["speedup_hi"],
-                f"{name}_fb": b["fallback"], f"{name}_bleu": b["score"]}  # fmt: skip
+        row |= {f"{name}_{k}": b[k] for k in ("speedup", "speedup_lo", "speedup_hi")}
+        row |= {f"{name}_fb": b["fallback"], f"{name}_bleu": b["score"]}
     return row
 
 
@@ -119,3 +122,60 @@ def table(sz: pd.DataFrame, q: pd.DataFrame, sp: pd.DataFrame) -> pd.DataFrame:
         if f"{name}_speedup" in t:
             t[f"{name}_projected"] = t[f"{name}_speedup"] / t["phi"]
     return t
+
+
+GOALS = {"int8": 1.3, "int8_bild": 2.5}  # the benchmarks' bars (docs/quantization.md)
+
+
+def block(root, folder: str = "figures/quantized") -> str:
+    """README's block: one row per quantization (bytes, BLEU, BiLD's measured speedups over it, the
+    projected speedups against the bf16 vanilla large), then the three benchmarks, from the
+    committed quantized.csv and quantized_checks.json."""
+    from bildlib.analysis.tables import ci, md_table, read_csv, read_json, valid
+
+    t, c = read_csv(root, f"{folder}/quantized.csv"), read_json(root, f"{folder}/quantized_checks.json")
+    valid(t, ["label", "mb", "phi", "bleu", "delta_bleu", "alone_projected"])
+    sweeps = c["sweeps"]
+    rows = []
+    for _, r in t.iterrows():
+        timed = r["label"] in sweeps and pd.notna(r.get("lossless_speedup"))
+        best = ci(r, "best_speedup", unit="×") if pd.notna(r.get("best_speedup")) else "none within"
+        meas = [ci(r, "lossless_speedup", unit="×"), best]
+        proj = [f"{r['alone_projected']:.2f}×", ci(r, "best_projected", unit="×")]
+        rows.append([f"`{r['label']}`", f"{r['mb']:.1f}", f"{r['bleu']:.2f} ({r['delta_bleu']:+.2f})",
+                     *(meas if timed else ["not timed", "not timed"]), *proj])  # fmt: skip
+    s = next(iter(sweeps.values()))
+    spreads = ", ".join(f"{k} {v['baseline spread %']:.1f} %" for k, v in sweeps.items())
+    busy = sum(v["busy configurations"] for v in sweeps.values())
+    line = (
+        f"*`{folder}`: n = {s['n']} val sentences, {s['dtype']}, {s['engine']} engine, {s['device']} "
+        f"({s.get('threads', 2)} threads); one interleaved sweep per timed large, its vanilla decoding "
+        f"repeated as the baseline (spread: {spreads}); {busy} configurations timed on a busy machine; "
+        f"`{s['signature']}`.* BiLD: the aligned small model, lossless = `distance='exact'`, best = "
+        f"Algorithm 1 within {c['tolerance']:g} BLEU of that large's vanilla. **Projected** (not "
+        f"measured: no kernel on this CPU reads the codes): a decoder step's weight bytes, bf16 / quantized."
+    )
+    head = ["large", "MB", "BLEU (Δ bf16)", "BiLD lossless, measured", "BiLD best, measured",
+            "large alone, projected", "BiLD best, projected"]  # fmt: skip
+    q = t.set_index("label")
+    bars = []
+    if "int8" in q.index:
+        i8 = q.loc["int8"]
+        bars.append(
+            f"int8 alone ≥ {GOALS['int8']}× at ≤ 0.3 BLEU: not measured (no CPU int8 kernel in "
+            f"the engine yet); projected {i8['alone_projected']:.2f}×, "
+            f"Δ BLEU {i8['delta_bleu']:+.2f}"
+        )
+        if pd.notna(i8.get("best_projected")):
+            bars.append(
+                f"BiLD over int8 ≥ {GOALS['int8_bild']}×: projected {i8['best_projected']:.2f}× "
+                f"(measured {i8['best_speedup']:.2f}× over int8 itself)"
+            )
+    if {"squeeze3", "rtn3"} <= set(q.index):
+        sq, rt = q.loc["squeeze3", "delta_bleu"], q.loc["rtn3", "delta_bleu"]
+        held = sq >= -1 and sq > rt
+        bars.append(
+            f"SqueezeLLM 3-bit within 1 BLEU where RTN 3-bit loses more: {sq:+.2f} against "
+            f"{rt:+.2f}, {'holds' if held else 'does not hold'}"
+        )
+    return "\n".join([line, "", md_table(head, rows), "", "Benchmarks: " + "; ".join(bars) + "."])

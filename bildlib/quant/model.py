@@ -81,6 +81,16 @@ def nbytes(model, q: dict[str, QWeight], dtype_bytes: int = 2) -> dict:
     return {"linear": lin, "rest": rest, "total": lin + rest}
 
 
+def step_bytes(model, q: dict[str, QWeight], dtype_bytes: int = 2) -> int:
+    """Bytes one decoder step reads: the decoder's linear layers (quantized where q has them) and the
+    output head (dtype_bytes a weight). The encoder runs once per sentence and the embedding gives
+    one row per token, so neither counts (an encoder-decoder; a decoder-only model has no prefix)."""
+    mods = dict(model.named_modules())
+    dec = [n for n in quantizable(model) if n.startswith("decoder.")] or quantizable(model)
+    lin = sum(q[n].nbytes() if n in q else dtype_bytes * mods[n].weight.numel() for n in dec)
+    return lin + dtype_bytes * model.get_output_embeddings().weight.numel()
+
+
 def save(out: Path, model, tok, cfg: QuantConfig, q: dict[str, QWeight], dtype: torch.dtype,
          meta: dict | None = None) -> None:  # fmt: skip
     """A quantized checkpoint in out/: the model with its dequantized weights in `dtype` (the base's

@@ -21,7 +21,7 @@ def rtn(w: torch.Tensor, bits: int, group: int | None = None, name: str = "weigh
     zero = torch.round(-lo / scale)
     codes = torch.clamp(torch.round(x / scale) + zero, 0, L)
     table = (torch.arange(L + 1, dtype=torch.float32) - zero) * scale  # (out, G, 2^bits)
-    return QWeight(codes.to(torch.uint8).view(out, n), table, bits)
+    return QWeight(codes.to(torch.uint8).view(out, n), table, bits, uniform=True)
 
 
 def int8(w: torch.Tensor) -> QWeight:
@@ -31,4 +31,4 @@ def int8(w: torch.Tensor) -> QWeight:
     scale = (x.abs().amax(1, keepdim=True) / 127).clamp(min=1e-12)  # (out, 1)
     q = torch.clamp(torch.round(x / scale), -127, 127)
     table = ((torch.arange(256, dtype=torch.float32) - 128) * scale).unsqueeze(1)  # (out, 1, 256)
-    return QWeight((q + 128).to(torch.uint8), table, 8)
+    return QWeight((q + 128).to(torch.uint8), table, 8, uniform=True)

@@ -22,6 +22,7 @@ class QWeight:
     bits: int
     sparse_idx: torch.Tensor | None = None  # (2, nnz) int64: row, column of each outlier
     sparse_val: torch.Tensor | None = None  # (nnz,) float32: W minus the dense part there
+    uniform: bool = False  # the tables are arithmetic progressions (rtn, int8): a kernel reads scale and zero
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -50,28 +51,29 @@ class QWeight:
         return w.to(dtype)
 
     def nbytes(self) -> int:
-        """Bytes to store it as a kernel reads it: bits per code, the tables in fp16, the sparse part
-        in CSR (fp16 value and int32 column per outlier, an int32 pointer per row)."""
+        """Bytes to store it as a kernel reads it: bits per code; the tables in fp16, or for a uniform
+        grid its scale and zero point in fp16 per row (group); the sparse part in CSR (fp16 value and
+        int32 column per outlier, an int32 pointer per row)."""
         out, n = self.codes.shape
-        b = (out * n * self.bits + 7) // 8 + 2 * self.table.numel()
+        tables = 4 * self.table.shape[0] * self.table.shape[1] if self.uniform else 2 * self.table.numel()
+        b = (out * n * self.bits + 7) // 8 + tables
         return b + (6 * self.nnz + 4 * (out + 1) if self.nnz else 0)
 
     # -- storage -------------------------------------------------------------------------------
     def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
         """Its tensors under prefix, with the codes packed (pack), for a safetensors file."""
         t = {f"{prefix}.codes": pack(self.codes, self.bits), f"{prefix}.table": self.table.contiguous(),
-             f"{prefix}.shape": torch.tensor([*self.codes.shape, self.bits])}  # fmt: skip
+             f"{prefix}.shape": torch.tensor([*self.codes.shape, self.bits, int(self.uniform)])}  # fmt: skip
         if self.nnz:
             t[f"{prefix}.sparse_idx"], t[f"{prefix}.sparse_val"] = self.sparse_idx, self.sparse_val
         return t
 
     @classmethod
     def from_tensors(cls, t: dict[str, torch.Tensor], prefix: str) -> QWeight:
-        out, n, bits = (int(v) for v in t[f"{prefix}.shape"])
+        out, n, bits, uniform = (int(v) for v in t[f"{prefix}.shape"])
         codes = unpack(t[f"{prefix}.codes"], bits, out * n).view(out, n)
-        return cls(
-            codes, t[f"{prefix}.table"], bits, t.get(f"{prefix}.sparse_idx"), t.get(f"{prefix}.sparse_val")
-        )
+        sparse = t.get(f"{prefix}.sparse_idx"), t.get(f"{prefix}.sparse_val")
+        return cls(codes, t[f"{prefix}.table"], bits, *sparse, uniform=bool(uniform))
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:

@@ -48,6 +48,12 @@ def _bench():
     return bench
 
 
+def _quantbench():
+    from bildlib.bench import quantbench
+
+    return quantbench
+
+
 def _smallmodels():
     from bildlib.bench import smallmodels  # notebooks/small_models' block (it imports torch: only when asked)
 
@@ -94,6 +100,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
     "pet": lambda r: _petstudy().block(r),
+    "quantized": lambda r: _quantbench().block(r),  # README
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
 }  # fmt: skip
