@@ -100,7 +100,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
     "pet": lambda r: _petstudy().block(r),
-    "quantized": lambda r: _quantbench().block(r),  # README
+    "quantized": lambda r: _quantbench().block(r, every=False),  # README
+    "quantized-all": lambda r: _quantbench().block(r),  # docs/quantization.md
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
 }  # fmt: skip
@@ -139,7 +140,7 @@ def docs_off_release(root: Path) -> dict[str, list[str]]:
 
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md",
-         "docs/engines.md")
+         "docs/engines.md", "docs/quantization.md")
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:
