@@ -131,17 +131,16 @@ def block(root, folder: str = "figures/quantized", every: bool = True) -> str:
     """The notebook's report block: a row per quantization (bytes, BLEU, BiLD's measured speedups
     over it, the projected speedups against the bf16 vanilla large), then the three benchmarks, from
     the committed quantized.csv and quantized_checks.json. every=False (README): rows for the timed
-    quantizations only, the others' BLEU in a sentence."""
+    quantizations only."""
     from bildlib.analysis.tables import ci, md_table, read_csv, read_json, valid
 
     t, c = read_csv(root, f"{folder}/quantized.csv"), read_json(root, f"{folder}/quantized_checks.json")
     valid(t, ["label", "mb", "phi", "bleu", "delta_bleu", "alone_projected"])
     sweeps = c["sweeps"]
-    rows, others = [], []
+    rows = []
     for _, r in t.iterrows():
         timed = r["label"] in sweeps and pd.notna(r.get("lossless_speedup"))
         if not (timed or every):
-            others.append(f"`{r['label']}` {r['bleu']:.2f} ({r['delta_bleu']:+.2f}; {r['mb']:.1f} MB)")
             continue
         best = ci(r, "best_speedup", unit="×") if pd.notna(r.get("best_speedup")) else "none within"
         meas = [ci(r, "lossless_speedup", unit="×"), best]
@@ -182,5 +181,4 @@ def block(root, folder: str = "figures/quantized", every: bool = True) -> str:
             f"SqueezeLLM 3-bit within 1 BLEU where RTN 3-bit loses more: {sq:+.2f} against "
             f"{rt:+.2f}, {'holds' if held else 'does not hold'}"
         )
-    rest = ["", "Greedy BLEU alone of the others: " + ", ".join(others) + "."] if others else []
-    return "\n".join([line, "", md_table(head, rows), *rest, "", "Benchmarks: " + "; ".join(bars) + "."])
+    return "\n".join([line, "", md_table(head, rows), "", "Benchmarks: " + "; ".join(bars) + "."])
