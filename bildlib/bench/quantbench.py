@@ -5,8 +5,9 @@ Per quantization (bildlib.quant; `make quantized` builds the checkpoints):
   against the bf16 model's;
 - greedy BLEU of the quantized large alone (batched, sacrebleu; analysis.evaluate);
 - one interleaved sweep with it as the large model: its own vanilla decoding (the baseline,
-  repeated), lossless BiLD (`distance="exact"`) and Algorithm 1 at each α_FB with the aligned small
-  model. BiLD's speedups over that quantized large are measured.
+  repeated), lossless BiLD (`distance="exact"`), and Algorithm 1 at each α_FB, alone and checking
+  the sentence's end (verify_end_below), with the aligned small model. BiLD's speedups over that
+  quantized large are measured.
 
 What is projected, never measured here: the quantized large's own speed. The engines run the
 dequantized weights (quant.model), as fast as bf16 ones, because this CPU has no kernel for the
@@ -82,12 +83,16 @@ def quality(folders: dict[str, str], split: str = "val", n: int | None = None, d
     return pd.DataFrame(rows)
 
 
-def configs(fallbacks: list[float], lossless_fallback: float, rollback: float = 1.0, small: str = "aligned"):
-    """Algorithm 1 at each α_FB and lossless BiLD at lossless_fallback, with `small`."""
+def configs(fallbacks: list[float], lossless_fallback: float, rollback: float = 1.0, small: str = "aligned",
+            verify_below: list[float] = (0.8,)):  # fmt: skip
+    """BiLD with `small` at α_RB `rollback`: Algorithm 1 at each α_FB, the same checking the end of
+    the sentence when a final small token had max p_S below each of verify_below (decoding.bild's
+    verify_end_below, README's best rule within 0.5 BLEU), and lossless BiLD at lossless_fallback."""
     kw = {"model": small, "rollback": float(rollback)}
-    return [X.Config("bild", fallback=float(fb), **kw) for fb in fallbacks] + [
+    return [X.Config("bild", fallback=float(fb), verify_end_below=v, **kw)
+            for v in (None, *map(float, verify_below)) for fb in fallbacks] + [
         X.Config("bild", fallback=float(lossless_fallback), distance="exact", **kw)
-    ]
+    ]  # fmt: skip
 
 
 def speed(label: str, df: pd.DataFrame, tol: float = 0.5) -> dict:
