@@ -242,9 +242,9 @@ def test_the_readme_block_marks_what_is_projected(tmp_path):
     checks = {"sweeps": {"bf16": sweep, "int8": sweep}, "tolerance": 0.5}
     (tmp_path / "f" / "quantized_checks.json").write_text(json.dumps(checks))
     b = QB.block(tmp_path, "f")
-    assert "| `rtn3` | 14.4 | 35.90 (-1.90) | not timed | not timed | 3.70× | – |" in b
+    assert "| rtn3 | 14.4 | 35.90 (-1.90) | not timed | not timed | 3.70× | – |" in b
     assert "BiLD over int8 ≥ 2.5×: projected 3.02×" in b
     assert "int8 alone ≥ 1.3× at ≤ 0.3 BLEU: not measured" in b
     assert "-0.50 against -1.90, holds" in b and "**Projected**" in b
     short = QB.block(tmp_path, "f", every=False)  # README: the timed rows only
-    assert "`rtn3` |" not in short and "| `int8` | 27.0 |" in short and "holds" in short
+    assert "| rtn3 |" not in short and "| int8 | 27.0 |" in short and "holds" in short

@@ -150,7 +150,8 @@ def block(root, folder: str = "figures/quantized", every: bool = True) -> str:
         best = ci(r, "best_speedup", unit="×") if pd.notna(r.get("best_speedup")) else "none within"
         meas = [ci(r, "lossless_speedup", unit="×"), best]
         proj = [f"{r['alone_projected']:.2f}×", ci(r, "best_projected", unit="×")]
-        rows.append([f"`{r['label']}`", f"{r['mb']:.1f}", f"{r['bleu']:.2f} ({r['delta_bleu']:+.2f})",
+        # the label bare: README's layout table is the rows that start with "| `"
+        rows.append([str(r["label"]), f"{r['mb']:.1f}", f"{r['bleu']:.2f} ({r['delta_bleu']:+.2f})",
                      *(meas if timed else ["not timed", "not timed"]), *proj])  # fmt: skip
     s = next(iter(sweeps.values()))
     spreads = ", ".join(f"{k} {v['baseline spread %']:.1f} %" for k, v in sweeps.items())
