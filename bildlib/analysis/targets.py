@@ -47,6 +47,13 @@ def _within(rows: pd.DataFrame, v: float, tol: float = TOL) -> pd.DataFrame:
     return rows[rows["score"] >= v - tol - 1e-9]
 
 
+def fastest(bild: pd.DataFrame, lossless: pd.Series, v: float, tol: float = TOL) -> dict[str, pd.Series]:
+    """{"lossless": the fastest lossless row, "best": the fastest other row within tol BLEU of v},
+    each only where one exists (the small models' and the quantized larges' tables)."""
+    picks = {"lossless": bild[lossless], "best": _within(bild[~lossless], v, tol)}
+    return {k: p.loc[p["speedup"].idxmax()] for k, p in picks.items() if not p.empty}
+
+
 def end_rule(r: pd.Series) -> str:
     """The end rule of a BiLD row of peers_all.csv."""
     if "-exact" in r["label"]:

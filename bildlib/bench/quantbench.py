@@ -28,13 +28,11 @@ from bildlib import REPO_ROOT, repo_relative
 from bildlib import experiments as X
 from bildlib.analysis import summarize, vanilla_large
 from bildlib.analysis.evaluate import evaluate
+from bildlib.analysis.targets import fastest
 from bildlib.models import load_model, locate
 from bildlib.quant import model as QM
 from bildlib.quant.build import BASE, OUT, folder
 from bildlib.quant.config import parse
-
-LABELS = ["bf16", "int8", "rtn4", "rtn3", "kmeans3", "squeeze4", "squeeze3", "squeeze4-s0.45%",
-          "squeeze3-s0.45%"]  # fmt: skip
 
 
 def check(labels: list[str], quant_dir: str = OUT) -> dict[str, str]:
@@ -104,12 +102,7 @@ def speed(label: str, df: pd.DataFrame, tol: float = 0.5) -> dict:
            "vanilla_bleu": float(v["score"].mean()), "spread_pct": s.attrs["baseline_spread_pct"],
            "busy": int(s["busy"].sum())}  # fmt: skip
     bild = s[s["method"] == "bild"]
-    exact = bild["label"].str.contains("-exact")
-    within = bild["score"] >= row["vanilla_bleu"] - tol - 1e-9
-    for name, pick in (("lossless", bild[exact]), ("best", bild[~exact & within])):
-        if pick.empty:
-            continue
-        b = pick.loc[pick["speedup"].idxmax()]
+    for name, b in fastest(bild, bild["label"].str.contains("-exact"), row["vanilla_bleu"], tol).items():
         row |= {f"{name}_{k}": b[k] for k in ("speedup", "speedup_lo", "speedup_hi")}
         row |= {f"{name}_fb": b["fallback"], f"{name}_bleu": b["score"]}
     return row

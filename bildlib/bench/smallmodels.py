@@ -25,6 +25,7 @@ from bildlib import data
 from bildlib import experiments as X
 from bildlib.analysis import metrics, summarize, vanilla_large
 from bildlib.analysis.evaluate import greedy_ids, translate
+from bildlib.analysis.targets import fastest
 from bildlib.bench.peers import calls_per_sentence
 from bildlib.experiments.calls import prefix, timed
 from bildlib.experiments.presets import CANDIDATE
@@ -139,13 +140,9 @@ def table(df: pd.DataFrame, tol: float = 0.5) -> tuple[pd.DataFrame, pd.DataFram
         alone = s[(s["method"] == "vanilla") & (s["model"] == CANDIDATE + cand)].iloc[0]
         row = {"candidate": cand, "max_small_steps": int(n), "bleu_alone": alone["score"],
                "vanilla_speedup": alone["speedup"], "large_bleu": v}  # fmt: skip
-        for name, pick in (("lossless", g[g["lossless"]]),
-                           ("best", g[~g["lossless"] & (g["score"] >= v - tol - 1e-9)])):  # fmt: skip
-            if pick.empty:
-                continue
-            b = pick.loc[pick["speedup"].idxmax()]
-            got = {"speedup": "speedup", "speedup_lo": "speedup_lo", "speedup_hi": "speedup_hi",
-                   "fb": "fallback", "bleu": "score", "large_calls": "large_calls_per_sentence"}  # fmt: skip
+        got = {"speedup": "speedup", "speedup_lo": "speedup_lo", "speedup_hi": "speedup_hi",
+               "fb": "fallback", "bleu": "score", "large_calls": "large_calls_per_sentence"}  # fmt: skip
+        for name, b in fastest(g, g["lossless"], v, tol).items():
             row |= {f"{name}_{k}": b[c] for k, c in got.items()}
         rows.append(row)
     cols = ["label", "candidate", "max_small_steps", "fallback", "lossless", "score", "speedup", "speedup_lo",
