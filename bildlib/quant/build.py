@@ -36,9 +36,9 @@ def folder(out: Path, label: str) -> Path:
     return Path(out) / label.replace("%", "pct")
 
 
-def fisher_of(base: str, out: Path, n: int) -> dict:
+def fisher_of(base: str, base_hash: str, out: Path, n: int) -> dict:
     """The base's Fisher information on n calibration pairs, computed once (keyed by the base's hash)."""
-    f, key = out / "fisher.safetensors", f"{model_hash(Path(locate(base)))}:{n}"
+    f, key = out / "fisher.safetensors", f"{base_hash}:{n}"
     if f.exists():
         from safetensors import safe_open
 
@@ -57,15 +57,17 @@ def fisher_of(base: str, out: Path, n: int) -> dict:
 def build(labels: list[str], base: str = BASE, out: str | Path = OUT, n_calib: int = 256) -> list[Path]:
     out = Path(out) if Path(out).is_absolute() else REPO_ROOT / out
     cfgs = [parse(lb) for lb in labels]  # every label checked before any work
-    base_hash = model_hash(Path(locate(base)))
-    dtype = stored_dtype(locate(base)) or torch.bfloat16
-    fi = fisher_of(base, out, n_calib) if any(c.method == "squeeze" and c.fisher for c in cfgs) else None
+    path = locate(base)
+    base_hash = model_hash(Path(path))
+    dtype = stored_dtype(path) or torch.bfloat16
+    needs_fisher = any(c.method == "squeeze" and c.fisher for c in cfgs)
+    fi = fisher_of(base, base_hash, out, n_calib) if needs_fisher else None
+    ident = {"base": repo_relative(path), "base_sha256": base_hash, "n_calibration": n_calib}
     done = []
     for cfg in cfgs:
         dest = folder(out, cfg.label)
         if cfg.method == "none":
             continue
-        ident = {"base": repo_relative(locate(base)), "base_sha256": base_hash, "n_calibration": n_calib}
         if QM.is_quantized(dest) and {k: QM.read_meta(dest).get(k) for k in ident} == ident:
             print(f"{cfg.label}: built already ({repo_relative(dest)})")
             done.append(dest)

@@ -67,13 +67,19 @@ def put(model, q: dict[str, QWeight]) -> None:
         p.copy_(w.dequant(p.dtype).to(p.device))
 
 
+def _linear_bytes(model, names: list[str], q: dict[str, QWeight], dtype_bytes: int) -> int:
+    """Bytes of the named linear layers: as q stores them, the others at dtype_bytes a weight."""
+    mods = dict(model.named_modules())
+    return sum(q[n].nbytes() if n in q else dtype_bytes * mods[n].weight.numel() for n in names)
+
+
 def nbytes(model, q: dict[str, QWeight], dtype_bytes: int = 2) -> dict:
     """{"linear": bytes of the quantized layers as stored, "rest": every other parameter at
     dtype_bytes each (bf16), "total"}; without q, the linear layers at dtype_bytes too."""
-    names = set(quantizable(model))
-    lin = sum(q[n].nbytes() if n in q else dtype_bytes * dict(model.named_modules())[n].weight.numel()
-              for n in names)  # fmt: skip
-    seen, rest = {id(dict(model.named_modules())[n].weight) for n in names}, 0
+    names = quantizable(model)
+    lin = _linear_bytes(model, names, q, dtype_bytes)
+    mods = dict(model.named_modules())
+    seen, rest = {id(mods[n].weight) for n in names}, 0
     for p in model.parameters():
         if id(p) not in seen:
             seen.add(id(p))
@@ -85,10 +91,10 @@ def step_bytes(model, q: dict[str, QWeight], dtype_bytes: int = 2) -> int:
     """Bytes one decoder step reads: the decoder's linear layers (quantized where q has them) and the
     output head (dtype_bytes a weight). The encoder runs once per sentence and the embedding gives
     one row per token, so neither counts (an encoder-decoder; a decoder-only model has no prefix)."""
-    mods = dict(model.named_modules())
-    dec = [n for n in quantizable(model) if n.startswith("decoder.")] or quantizable(model)
-    lin = sum(q[n].nbytes() if n in q else dtype_bytes * mods[n].weight.numel() for n in dec)
-    return lin + dtype_bytes * model.get_output_embeddings().weight.numel()
+    names = quantizable(model)
+    dec = [n for n in names if n.startswith("decoder.")] or names
+    head = dtype_bytes * model.get_output_embeddings().weight.numel()
+    return _linear_bytes(model, dec, q, dtype_bytes) + head
 
 
 def save(out: Path, model, tok, cfg: QuantConfig, q: dict[str, QWeight], dtype: torch.dtype,
