@@ -77,8 +77,9 @@ class QWeight:
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Codes (any shape, uint8) as a flat uint8 tensor: two 4-bit codes per byte where bits <= 4
-    (the kernel's nibbles; 3-bit codes take a nibble each too), one per byte otherwise."""
+    """Codes (any shape, uint8) as a flat uint8 tensor: two codes per byte where bits <= 4 (3-bit
+    codes take a nibble each too), one per byte otherwise. Flat over the whole matrix, not per row
+    as the LUT kernel reads them (kernels/reference.pack_nibbles)."""
     c = codes.reshape(-1).to(torch.uint8)
     if bits > 4:
         return c.clone()
