@@ -74,19 +74,52 @@ def menu(page, top: str, item: str) -> None:
     page.locator(".lm-Menu-itemLabel").get_by_text(item, exact=True).first.click()
 
 
+# the notebook as Lab's page holds it: its kernel's status and, for each code cell, whether it ran
+# (an execution count), or raised. Read from the model, not from the toolbar's busy/idle indicator,
+# which also goes busy and idle while the kernel starts, before a queued Run All has begun
+PROGRESS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const kernel = w.sessionContext.session?.kernel;
+  const code = w.context.model.toJSON().cells.filter(c => c.cell_type === 'code');
+  if (!window.seenStatus) {  // every status the kernel goes through, so that a restart is not missed
+    window.seenStatus = [];
+    w.sessionContext.statusChanged.connect((_, status) => window.seenStatus.push(status));
+  }
+  return {kernel: kernel ? kernel.connectionStatus + '/' + kernel.status : 'none', total: code.length,
+          died: window.seenStatus.some(s => ['dead', 'restarting', 'autorestarting'].includes(s)),
+          ran: code.filter(c => c.execution_count !== null).length,
+          raised: code.some(c => (c.outputs || []).some(o => o.output_type === 'error'))};
+}"""
+
+
+def wait_for(page, done, timeout_s: float, what: str) -> dict:
+    """Poll PROGRESS until done(progress) holds; exit naming what did not happen in time."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        progress = page.evaluate(PROGRESS)
+        if done(progress):
+            return progress
+        if progress["died"]:
+            page.screenshot(path=OUT / "kernel.png")
+            sys.exit(f"the kernel died or restarted: {progress}; see {OUT / 'jupyterlab.log'}")
+        time.sleep(0.5)
+    page.screenshot(path=OUT / "timeout.png")
+    sys.exit(f"{what} within {timeout_s:.0f} s; last seen {progress}; screenshot in {OUT / 'timeout.png'}")
+
+
 def run_all(page, url: str) -> float:
-    """Open the notebook, wait for its kernel, Run All Cells, wait until the kernel is idle with
-    every code cell numbered; the seconds the run took."""
+    """Open the notebook, wait until its kernel is connected and idle, Run All Cells, wait until
+    every code cell ran (or one raised: Lab stops there) and the kernel is idle again; the seconds
+    the run took."""
     page.goto(url)
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-    status = ".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='{}']"
-    idle = status.format("idle")
-    page.wait_for_selector(idle, timeout=120_000)
+    page.wait_for_function("() => window.jupyterapp?.shell.currentWidget?.sessionContext", timeout=120_000)
+    wait_for(page, lambda p: p["kernel"] == "connected/idle", 120, "the kernel was not connected and idle")
     page.screenshot(path=OUT / "1-opened.png")
     t0 = time.perf_counter()
     menu(page, "Run", "Run All Cells")
-    page.wait_for_selector(status.format("busy"), timeout=60_000)
-    page.wait_for_selector(idle, timeout=RUN_TIMEOUT_S * 1000)
+    finished = lambda p: p["kernel"] == "connected/idle" and (p["ran"] == p["total"] or p["raised"])  # noqa: E731
+    wait_for(page, finished, RUN_TIMEOUT_S, "Run All Cells did not finish")
     seconds = time.perf_counter() - t0
     page.screenshot(path=OUT / "2-ran.png")
     return seconds
@@ -152,5 +185,18 @@ def main() -> int:
     return 1 if problems else 0
 
 
+def log_tail(lines: int = 40) -> None:
+    """The end of Lab's log on stdout: CI keeps only what the check printed."""
+    log = OUT / "jupyterlab.log"
+    if log.exists():
+        print(f"--- the last {lines} lines of {log}:", *log.read_text().splitlines()[-lines:], sep="\n")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = 1
+    try:
+        rc = main()
+    finally:
+        if rc:
+            log_tail()
+    sys.exit(rc)
