@@ -162,13 +162,14 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         "small_models": TRIAL,
         "pet": {"runs": {"none": TRIAL["candidates"]["small"], "pairs": TRIAL["candidates"]["aligned"]},
                 "step_rounds": 1},  # fmt: skip
-        # one quantization, round-to-nearest 3-bit (fast to build), beside the bf16 large
-        "quantized": {"labels": ["bf16", "rtn3"], "timed": ["rtn3"], "fallbacks": [0.5],
+        # two quantizations fast to build, int8 (run on its codes) and round-to-nearest 3-bit (run
+        # dequantized), each timed against the bf16 large
+        "quantized": {"labels": ["bf16", "int8", "rtn3"], "timed": ["int8", "rtn3"], "fallbacks": [0.5],
                       "quant_dir": str(tmp_path / "quant")},  # fmt: skip
     }
     from bildlib.quant.build import build
 
-    build(["rtn3"], out=tmp_path / "quant")
+    build(["int8", "rtn3"], out=tmp_path / "quant")
     plan = [(name, tiny | extra[name]) for name in NOTEBOOKS]
     run = "\n".join(["import json, sys", "from bildlib.experiments.paper import dryrun",
                      "for nb, params in json.load(sys.stdin): dryrun.execute(nb, params)"])  # fmt: skip
@@ -275,13 +276,16 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
         elif name == "latency_scatter":  # one row per example: vanilla large against BiLD
             e = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert list(e["id"]) == [0, 1, 2] and (e[["vanilla_s", "bild_s"]] > 0).all().all()
-        elif name == "quantized":  # bytes, BLEU, and BiLD over the timed 3-bit large
+        elif name == "quantized":  # bytes, BLEU, and each timed large against the bf16 one
             q = pd.read_csv(tmp_path / "fig" / "quantized.csv").set_index("label")
-            assert list(q.index) == ["bf16", "rtn3"] and q["phi"]["bf16"] == 1 and q["phi"]["rtn3"] < 0.4
+            assert list(q.index) == ["bf16", "int8", "rtn3"]
+            assert q["phi"]["bf16"] == 1 and q["phi"]["rtn3"] < 0.4
             assert q["delta_bleu"]["bf16"] == 0 and np.isfinite(q["delta_bleu"]["rtn3"])
-            assert q["lossless_speedup"]["rtn3"] > 0 and pd.isna(q["lossless_speedup"]["bf16"])  # untimed
-            want = q["lossless_speedup"]["rtn3"] / q["phi"]["rtn3"]
-            assert q["lossless_projected"]["rtn3"] == pytest.approx(want, rel=1e-3)  # the CSV's 4 digits
+            assert (q.loc[["int8", "rtn3"], ["alone_speedup", "lossless_speedup"]] > 0).all().all()
+            assert pd.isna(q["lossless_speedup"]["bf16"])  # untimed
+            assert q["alone_projected"]["int8"] == pytest.approx(1 / q["phi"]["int8"], rel=1e-3)
+            sweeps = checks["sweeps"]
+            assert set(sweeps) == {"int8", "rtn3"} and sweeps["int8"]["baseline"] == "vanilla base"
         elif name != "fig9":  # fig9 shows text; the others save the plotted summary
             s = pd.read_csv(tmp_path / "fig" / f"{name}.csv")
             assert {"label", "score", "norm_latency", "speedup", "fallback_pct", "large_pct"} <= set(

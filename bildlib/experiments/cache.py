@@ -31,6 +31,7 @@ RESULTS = REPO_ROOT / "data" / "results"
 # The code that decides outputs and timings: decoders, model adapters, kernels, the timed call.
 CODE = ["bildlib/decoding/*.py", "bildlib/models/*.py", "bildlib/experiments/measure.py"]
 CODE += ["kernels/__init__.py", "kernels/reference.py", "kernels/triton_policy.py"]
+CODE += ["bildlib/quant/model.py", "bildlib/quant/uniform.py", "bildlib/quant/weights.py"]  # int8 codes' path
 
 
 def code_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -55,11 +56,12 @@ def examples_hash(pairs: list[tuple[str, str]]) -> str:
 
 _HASHES: dict = {}
 # Besides the weights, the files that decide a checkpoint's outputs: its architecture and
-# generation settings, and its tokenizer (transformers' and sentencepiece's file names). A model
+# generation settings, its tokenizer (transformers' and sentencepiece's file names), and a quantized
+# checkpoint's quant.json (int8 runs its codes: models.linear.Int8). A model
 # card (README.md) or a training log does not.
 DEFINING = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
             "special_tokens_map.json", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model",
-            "vocab.json", "vocab.txt", "merges.txt"]  # fmt: skip
+            "vocab.json", "vocab.txt", "merges.txt", "quant.json"]  # fmt: skip
 
 
 def model_files(folder: Path) -> list[Path]:

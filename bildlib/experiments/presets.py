@@ -39,9 +39,11 @@ class Preset:
     exit_layer: int = 1
     student: str | None = None  # a small model made for BiLD: distilled from the large (train.distill)
     candidates: tuple = ()  # (("student:<label>", folder), ...): notebooks/small_models' trials
+    base: str | None = None  # the model a variant of `large` is timed against (a sweep's baseline "base"):
+    # the unquantized large when `large` is a quantized one (notebooks/quantized), given at run time
 
     def model(self, which: str) -> str:
-        """The checkpoint of `which` ("small", "aligned", "large", "ee", "calm" or "student"): a
+        """The checkpoint of `which` ("small", "aligned", "large", "ee", "calm", "student" or "base"): a
         local folder or a hub id. The early-exit models and the student are built, not shipped: a
         missing one is an error that says how to build it. A candidate "student:<label>" is
         found in `candidates` (given as checkpoints to a run)."""
@@ -62,6 +64,7 @@ class Preset:
         if name is None:
             why = "early exit runs on multi30k" if which in ("ee", "calm") else "no aligned small model"
             why = "students are trained for multi30k" if which == "student" else why
+            why = "pass checkpoints={'base': folder}" if which == "base" else why
             raise ValueError(f"preset {self.name} has no {which} model ({why})")
         try:
             return locate(name)
@@ -88,7 +91,7 @@ class Preset:
         return self.prefix + source + self.suffix
 
 
-MODEL_NAMES = ("small", "aligned", "large", "ee", "calm", "student")
+MODEL_NAMES = ("small", "aligned", "large", "ee", "calm", "student", "base")
 SMALL_MODELS = ("small", "aligned", "student")  # BiLD's small models; ee and calm stand alone
 BUILT = ("ee", "calm", "student")  # built by a make target, not shipped: model() says which
 CANDIDATE = "student:"  # "student:<label>": a candidate small model, its checkpoint given at run time

@@ -35,6 +35,9 @@ from bildlib.experiments.shards import Result, compute, models_for, shard
 EXECUTORS = ("local", "ray")
 
 
+BASELINES = ("large", "ee", "base")  # the models a sweep's speedups can be against
+
+
 def sweep(
     preset: str,
     configs: list[Config],
@@ -61,7 +64,9 @@ def sweep(
     decoding under the same sampling). A configuration timed on a busy machine
     (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True.
     baseline: the model of the baseline ("large"; "ee" for early exit, whose speedups are against
-    the full early-exit model), recorded in the result's attrs for analysis.
+    the full early-exit model; "base", the checkpoint given as checkpoints={"base": ...}, for a
+    variant of the large timed against the original: the quantized large against bf16), recorded
+    in the result's attrs for analysis.
 
     executor: "local" (this process) or "ray" (experiments.cluster: one Ray task per shard;
     address: None starts a local Ray instance, "auto" or "ray://host:port" joins a cluster;
@@ -76,8 +81,8 @@ def sweep(
         raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
     if bad := [c for c in configs if not isinstance(c, Config)]:
         raise TypeError(f"configs must hold experiments.Config objects, got {bad[0]!r}")
-    if baseline not in ("large", "ee"):
-        raise ValueError(f"baseline must be 'large' or 'ee', got {baseline!r}")
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if executor == "local" and address is not None:

@@ -108,13 +108,14 @@ def fuse(*lins: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     linears' layout (column-major when the first is, see column_major). The HF
     linears' parameters become views of it, so the weights stay held once and the HF model keeps
     working; fusing the same linears again returns the same tensors, unless the model was moved
-    or cast since (model.to() gives the linears new tensors: the old fused one is stale)."""
+    or cast since (model.to() gives the linears new tensors: the old fused one is stale). The
+    linears' int8 codes, if they have them, are fused likewise (_int8)."""
     done = getattr(lins[0], "_bild_fused", None)
     if done is not None and done[0].shape[0] == sum(m.weight.shape[0] for m in lins):
         w0 = lins[0].weight
         same = done[0].untyped_storage().data_ptr() == w0.untyped_storage().data_ptr()
         if same and done[0].dtype == w0.dtype:
-            return done
+            return _int8(done, lins)
     with torch.no_grad():
         w0 = lins[0].weight
         if not w0.is_contiguous() and w0.t().is_contiguous():  # column-major: (in, sum of outs)
@@ -130,4 +131,15 @@ def fuse(*lins: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
                 m.bias.data = b[o : o + n]
             o += n
     lins[0]._bild_fused = (w, b)
-    return w, b
+    return _int8((w, b), lins)
+
+
+def _int8(fused: tuple, lins) -> tuple:
+    """The fused weight keeps the linears' int8 codes and scales too, concatenated as the weights
+    are, when every one has them (an int8 checkpoint: quant.model.keep_int8; models.linear.Int8)."""
+    parts = [getattr(m.weight, "_bild_int8", None) for m in lins]
+    if all(p is not None for p in parts):
+        fused[0]._bild_int8 = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
+    elif hasattr(fused[0], "_bild_int8"):  # the weights were written since (quant.model.put)
+        del fused[0]._bild_int8
+    return fused

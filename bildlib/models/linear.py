@@ -14,6 +14,12 @@ of a step*):
   them, in another summation order (at most one bf16 rounding step apart).
 - `MM`: torch.mm on W's transposed view: CUDA, other dtypes, small float32 weights, a PyTorch
   without oneDNN, or PACK off.
+- `Int8`: a weight of an int8 checkpoint (bildlib.quant), whose int8 codes and per-row scale
+  the loader keeps on W (`_bild_int8`, quant.model.keep_int8): torch's CPU int8 weight-only
+  kernel (`torch._weight_int8pack_mm`), in bf16. At one row it reads the large model's matrices
+  1.7-3.4x faster than the packed bf16 product (docs/quantization.md, *CPU int8*); each row's
+  result is the same bits whatever the number of rows. torchao's int8 weight-only config runs
+  5x slower than bf16 here (it casts the codes to bf16 every call), so it is not used.
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ PACK = True
 MIN_PACKED = {torch.float32: 1 << 18, torch.bfloat16: 1 << 17}
 
 
-def linear(w: torch.Tensor) -> Packed | Float32 | MM:
+def linear(w: torch.Tensor) -> Packed | Float32 | MM | Int8:
     """The product object for weight w (out, in) (module docstring)."""
+    if PACK and int8_ok(w):
+        return Int8(*w._bild_int8)
     if not PACK or w.device.type != "cpu" or w.dtype not in MIN_PACKED:
         return MM(w)
     if w.numel() >= MIN_PACKED[w.dtype] and onednn():
@@ -99,6 +107,35 @@ class Packed:
 
 
 _LIN = _LIN_ADD = None
+
+
+def int8_ok(w: torch.Tensor) -> bool:
+    """Whether W's product runs on its int8 codes: codes kept on it, of its shape, W in bf16 on a
+    CPU, and an input width the kernel's 16-wide loads cover (a multiple of 16; others would read
+    past a row). Otherwise W's own (dequantized) values run."""
+    i8 = getattr(w, "_bild_int8", None)
+    return (i8 is not None and w.device.type == "cpu" and w.dtype == torch.bfloat16
+            and tuple(i8[0].shape) == tuple(w.shape) and w.shape[1] % 16 == 0
+            and hasattr(torch, "_weight_int8pack_mm"))  # fmt: skip
+
+
+class Int8:
+    __slots__ = ("q", "s")
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor):
+        self.q = q.contiguous()  # (out, in) int8
+        self.s = scale.to(torch.bfloat16).contiguous()  # (out,): the kernel takes it in x's dtype
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) bf16 -> (k, out) bf16
+        if not x.is_contiguous() or x.data_ptr() % 64:  # the kernel's aligned loads
+            x = x.clone(memory_format=torch.contiguous_format)
+        return torch._weight_int8pack_mm(x, self.q, self.s)
+
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        return self(x).relu_()
+
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        return self(x).add_(res)  # rounded twice, as HF's x + linear(a)
 
 
 def packed(w: torch.Tensor) -> torch.Tensor:

@@ -166,6 +166,10 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
     stored = stored_dtype(path) or model.dtype
     model = model.to(dev, resolve_dtype(dtype, dev, stored)).eval()
     column_major(model)  # CPU float32, every engine, HF's too: faster one-row products (docs/engines.md)
+    if Path(path).is_dir():
+        from bildlib.quant.model import keep_int8
+
+        keep_int8(model, path)  # an int8 checkpoint's codes, for the lean engine's int8 products
     return model, tok
 
 

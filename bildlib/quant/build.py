@@ -2,7 +2,8 @@
 into data/checkpoints/quant/<label>/ (git-ignored: about 46 MB each, the dequantized weights in the
 base's bf16, plus the compact form; model.py). The Fisher information (fisher.py) is computed once,
 on N calibration pairs, into data/checkpoints/quant/fisher.safetensors. A label whose folder is
-complete for this base and calibration is not built again, so an interrupted build resumes.
+complete for this base, calibration and format (VERSION) is not built again, so an interrupted
+build resumes.
 
     python -m bildlib.quant.build --labels int8 rtn4 rtn3 squeeze3 squeeze3-s0.45%
 """
@@ -54,6 +55,11 @@ def fisher_of(base: str, base_hash: str, out: Path, n: int) -> dict:
     return fi
 
 
+# Each method's checkpoint format; one built in another is built again. int8 2: its scale rounded
+# up to a bf16, the dtype the CPU int8 kernel takes it in (quant.uniform.int8).
+VERSION = {"int8": 2}
+
+
 def build(labels: list[str], base: str = BASE, out: str | Path = OUT, n_calib: int = 256) -> list[Path]:
     out = Path(out) if Path(out).is_absolute() else REPO_ROOT / out
     cfgs = [parse(lb) for lb in labels]  # every label checked before any work
@@ -68,7 +74,9 @@ def build(labels: list[str], base: str = BASE, out: str | Path = OUT, n_calib: i
         dest = folder(out, cfg.label)
         if cfg.method == "none":
             continue
-        if QM.is_quantized(dest) and {k: QM.read_meta(dest).get(k) for k in ident} == ident:
+        same = ident | {"version": VERSION.get(cfg.method, 1)}
+        if QM.is_quantized(dest) and {k: QM.read_meta(dest).get(k, 1 if k == "version" else None)
+                                      for k in same} == same:  # fmt: skip
             print(f"{cfg.label}: built already ({repo_relative(dest)})")
             done.append(dest)
             continue
@@ -78,7 +86,7 @@ def build(labels: list[str], base: str = BASE, out: str | Path = OUT, n_calib: i
         q = QM.quantize(model, cfg, fi)
         secs = time.perf_counter() - t0
         size = QM.nbytes(model, q)
-        meta = {**ident, "seconds": round(secs, 1), "bytes": size, "bf16_bytes": before,
+        meta = {**same, "seconds": round(secs, 1), "bytes": size, "bf16_bytes": before,
                 "outliers_nnz": sum(w.nnz for w in q.values())}  # fmt: skip
         QM.save(dest, model, tok, cfg, q, dtype, meta)
         mb, bf16_mb = size["total"] / 1e6, before["total"] / 1e6

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from bildlib import data
 from bildlib.quant.config import QuantConfig
 from bildlib.quant.squeeze import squeeze
-from bildlib.quant.uniform import int8, rtn
+from bildlib.quant.uniform import int8, int8_parts, rtn
 from bildlib.quant.weights import QWeight
 
 META = "quant.json"
@@ -46,13 +46,16 @@ def quantize_weight(w: torch.Tensor, cfg: QuantConfig, fisher: torch.Tensor | No
 
 
 def quantize(model, cfg: QuantConfig, fisher: dict | None = None) -> dict[str, QWeight]:
-    """Quantizes model's linear layers (quantizable) in place, returning {name: QWeight}."""
+    """Quantizes model's linear layers (quantizable) in place, returning {name: QWeight}; int8's
+    codes are kept on the weights for the lean engine's int8 products (keep_int8)."""
     if cfg.method == "none":
         return {}
     mods, q = dict(model.named_modules()), {}
     for n in quantizable(model):
         q[n] = quantize_weight(mods[n].weight, cfg, None if fisher is None else fisher[n], n)
     put(model, q)
+    if cfg.method == "int8":
+        _keep(model, q)  # as keep_int8 does for a loaded int8 checkpoint
     return q
 
 
@@ -65,6 +68,8 @@ def put(model, q: dict[str, QWeight]) -> None:
         if tuple(p.shape) != w.shape:
             raise ValueError(f"quantized weight {n}: shape {w.shape}, the model's is {tuple(p.shape)}")
         p.copy_(w.dequant(p.dtype).to(p.device))
+        if hasattr(p, "_bild_int8"):  # an earlier int8 quantization's codes: stale now
+            del p._bild_int8
 
 
 def _linear_bytes(model, names: list[str], q: dict[str, QWeight], dtype_bytes: int) -> int:
@@ -130,6 +135,27 @@ def read_meta(path: str | Path) -> dict:
     if not f.is_file():
         raise FileNotFoundError(f"{f}: not a quantized checkpoint (make quantized builds them)")
     return json.loads(f.read_text())
+
+
+def keep_int8(model, path: str | Path) -> int:
+    """For an int8 checkpoint at path, each quantized layer's int8 codes and scale kept on its weight
+    (`weight._bild_int8`), where the lean engine's products find them and run torch's CPU int8
+    kernel instead of the dequantized bf16 weights (models.linear.Int8). Returns how many layers:
+    0 for any other checkpoint. models.load_model calls it."""
+    if not is_quantized(path) or read_meta(path)["config"].get("method") != "int8":
+        return 0
+    return _keep(model, load_quantized(path)[1])
+
+
+def _keep(model, q: dict[str, QWeight]) -> int:
+    mods = dict(model.named_modules())
+    for n, w in q.items():
+        p = mods[n].weight
+        if tuple(p.shape) != w.shape:
+            raise ValueError(f"quantized weight {n}: shape {w.shape}, the model's is {tuple(p.shape)}")
+        codes, scale = int8_parts(w)
+        p._bild_int8 = (codes.to(p.device), scale.to(p.device))
+    return len(q)
 
 
 def load_quantized(path: str | Path) -> tuple[QuantConfig, dict[str, QWeight], dict]:

@@ -25,10 +25,28 @@ def rtn(w: torch.Tensor, bits: int, group: int | None = None, name: str = "weigh
 
 
 def int8(w: torch.Tensor) -> QWeight:
-    """Symmetric int8 per output channel (scale = max |w| / 127): the weights of a CPU int8 product
-    (int8.py). Codes are the int8 values shifted by 128 into uint8."""
+    """Symmetric int8 per output channel: scale = max |w| / 127, rounded up to the nearest bf16, the
+    dtype CPU int8 kernels take it in (models.linear.Int8), so the kernel multiplies by exactly the
+    stored scale. Codes are the int8 values shifted by 128 into uint8."""
     x = w.detach().float()
-    scale = (x.abs().amax(1, keepdim=True) / 127).clamp(min=1e-12)  # (out, 1)
+    scale = up_to_bf16((x.abs().amax(1, keepdim=True) / 127).clamp(min=1e-12))  # (out, 1)
     q = torch.clamp(torch.round(x / scale), -127, 127)
     table = ((torch.arange(256, dtype=torch.float32) - 128) * scale).unsqueeze(1)  # (out, 1, 256)
     return QWeight((q + 128).to(torch.uint8), table, 8, uniform=True)
+
+
+def up_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    """Each positive float32 of x as the smallest bf16 at or above it (float32): never below, so
+    max |w| / scale stays at most 127 and no weight is clipped."""
+    b = x.bfloat16()
+    below = b.float() < x
+    b[below] = (b[below].view(torch.int16) + 1).view(torch.bfloat16)  # the next bf16 up
+    return b.float()
+
+
+def int8_parts(w: QWeight) -> tuple[torch.Tensor, torch.Tensor]:
+    """An int8 QWeight as a CPU int8 kernel takes it: codes (out, in) int8 and the scale (out,)
+    float32 (table[j] = (j - 128) scale, so table[129] is the scale)."""
+    if w.bits != 8 or not w.uniform or w.table.shape[1:] != (1, 256):
+        raise ValueError(f"not a per-channel int8 weight (bits {w.bits}, table {tuple(w.table.shape)})")
+    return (w.codes.to(torch.int16) - 128).to(torch.int8), w.table[:, 0, 129].clone()
