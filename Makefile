@@ -282,11 +282,13 @@ pet: $(STAMP)
 quantized: $(STAMP)
 	$(BIN)/python -m bildlib.quant.build
 
-# notebooks/quantized.ipynb on all of Multi30k val into figures/quantized/ (needs make quantized).
+# notebooks/quantized.ipynb on all of Multi30k val into figures/quantized/ (needs make quantized),
+# then one product of each of the large's matrices, bf16 against int8 (bildlib.bench.int8bench).
 quantized-bench: quantized
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/quantized notebooks/quantized.ipynb \
 	  build/notebooks/quantized.ipynb
+	$(BIN)/python -m bildlib.bench.int8bench --out figures/quantized
 
 # fig7 then fig6, each in its own interleaved sweep
 figures-ee: $(STAMP)

@@ -127,3 +127,23 @@ def test_lossless_bild_over_the_int8_large_is_its_greedy(multi30k_dir):
         assert out == want
         rollbacks += tr.rollbacks
     assert rollbacks > 0
+
+
+def test_the_products_benchmark_and_its_docs_block(tmp_path):
+    """bench.int8bench times every decoder matrix of the shipped large at each row count (not timed
+    here: a few calls), and docs/quantization.md's block renders what it wrote."""
+    import json
+
+    from bildlib.bench import int8bench
+    from bildlib.bench import quantbench as QB
+
+    t = int8bench.bench(rows=(1, 3), rounds=2, block=2)
+    assert list(t["matrix"].unique()) == list(int8bench.shapes()) and list(t["rows"][:2]) == [1, 3]
+    assert (t[["bf16_us", "int8_us", "int8_speedup"]] > 0).all().all()
+    (tmp_path / "f").mkdir()
+    t.to_csv(tmp_path / "f" / "int8_products.csv", index=False)
+    checks = {"device": "cpu", "threads": 2, "machine": "m", "torchao": "not installed", "code": "abc",
+              "rounds": 2, "block": 2}  # fmt: skip
+    (tmp_path / "f" / "int8_products_checks.json").write_text(json.dumps(checks))
+    b = QB.products_block(tmp_path, "f")
+    assert "| head | 8000×384 | 3 |" in b and "medians of 1 rounds of 2 calls" in b

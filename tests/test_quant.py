@@ -247,8 +247,8 @@ def test_the_readme_block_marks_what_is_projected(tmp_path):
     checks = {"sweeps": {"bf16": sweep, "int8": sweep}, "tolerance": 0.5}
     (tmp_path / "f" / "quantized_checks.json").write_text(json.dumps(checks))
     b = QB.block(tmp_path, "f")
-    assert "| rtn3 | 14.4 | 35.90 (-1.90) | not timed | not timed | not timed | 3.70× | – |" in b
-    assert "int8 alone ≥ 1.3× at ≤ 0.3 BLEU: 1.25× [1.20, 1.30], Δ BLEU -0.20, not reached" in b
+    assert "| rtn3 | 14.4 | 35.90 (-1.90) | – | not timed | not timed | not timed | 3.70× | – |" in b
+    assert "int8 alone ≥ 1.3× at ≤ 0.3 BLEU: 1.250× [1.200, 1.300], Δ BLEU -0.20 as timed, not reached" in b
     assert "BiLD over int8 ≥ 2.5× within 0.5 BLEU: 2.00× (α_FB 0.4), not reached" in b
     assert "-0.50 against -1.90, holds" in b and "**Projected**" in b and "**Measured**" in b
     short = QB.block(tmp_path, "f", every=False)  # README: the timed rows only
