@@ -16,10 +16,10 @@ of a step*):
   without oneDNN, or PACK off.
 - `Int8`: a weight of an int8 checkpoint (bildlib.quant), whose int8 codes and per-row scale
   the loader keeps on W (`_bild_int8`, quant.model.keep_int8): torch's CPU int8 weight-only
-  kernel (`torch._weight_int8pack_mm`), in bf16. At one row it reads the large model's matrices
-  1.7-3.4x faster than the packed bf16 product (docs/quantization.md, *CPU int8*); each row's
-  result is the same bits whatever the number of rows. torchao's int8 weight-only config runs
-  5x slower than bf16 here (it casts the codes to bf16 every call), so it is not used.
+  kernel (`torch._weight_int8pack_mm`), in bf16. Faster than the packed bf16 product at one row,
+  slower at ten (docs/quantization.md, *CPU int8*, per matrix); each row's result is the same
+  bits whatever the number of rows. torchao's int8 weight-only linear casts the codes to bf16 at
+  every call and is slower than both here, so it is not used.
 """
 
 from __future__ import annotations
