@@ -136,7 +136,7 @@ def fuse(*lins: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 def _int8(fused: tuple, lins) -> tuple:
     """The fused weight keeps the linears' int8 codes and scales too, concatenated as the weights
-    are, when every one has them (an int8 checkpoint: quant.model.keep_int8; models.linear.Int8)."""
+    are, when every one has them (an int8 checkpoint: models.load.keep_int8; models.linear.Int8)."""
     parts = [getattr(m.weight, "_bild_int8", None) for m in lins]
     if all(p is not None for p in parts):
         fused[0]._bild_int8 = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))

@@ -15,7 +15,7 @@ of a step*):
 - `MM`: torch.mm on W's transposed view: CUDA, other dtypes, small float32 weights, a PyTorch
   without oneDNN, or PACK off.
 - `Int8`: a weight of an int8 checkpoint (bildlib.quant), whose int8 codes and per-row scale
-  the loader keeps on W (`_bild_int8`, quant.model.keep_int8): torch's CPU int8 weight-only
+  the loader keeps on W (`_bild_int8`, models.load.keep_int8): torch's CPU int8 weight-only
   kernel (`torch._weight_int8pack_mm`), in bf16. Faster than the packed bf16 product at one row,
   slower at ten (docs/quantization.md, *CPU int8*, per matrix); each row's result is the same
   bits whatever the number of rows. torchao's int8 weight-only linear casts the codes to bf16 at

@@ -166,11 +166,30 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
     stored = stored_dtype(path) or model.dtype
     model = model.to(dev, resolve_dtype(dtype, dev, stored)).eval()
     column_major(model)  # CPU float32, every engine, HF's too: faster one-row products (docs/engines.md)
-    if Path(path).is_dir():
-        from bildlib.quant.model import keep_int8
-
-        keep_int8(model, path)  # an int8 checkpoint's codes, for the lean engine's int8 products
+    keep_int8(model, path)  # an int8 checkpoint's codes, for the lean engine's int8 products
     return model, tok
+
+
+def keep_int8(model, path: str | Path) -> int:
+    """For an int8 checkpoint (bildlib.quant's quant.json says int8), each quantized layer's int8
+    codes and scale kept on its weight (`weight._bild_int8`), where models.linear.Int8 finds them.
+    Read here from quant.safetensors' layout (quant.weights: int8 codes one byte each, shifted by
+    128; table[j] = (j - 128) scale), so models does not import quant. Returns how many layers."""
+    import json
+
+    from safetensors.torch import load_file
+
+    meta = Path(path) / "quant.json"
+    if not meta.is_file() or json.loads(meta.read_text())["config"].get("method") != "int8":
+        return 0
+    t, mods = load_file(str(Path(path) / "quant.safetensors")), dict(model.named_modules())
+    layers = json.loads(meta.read_text())["layers"]
+    for n in layers:
+        p = mods[n].weight
+        codes = t[f"{n}.codes"][: p.numel()].view(p.shape)
+        q = (codes.to(torch.int16) - 128).to(torch.int8)
+        p._bild_int8 = (q.to(p.device), t[f"{n}.table"][:, 0, 129].to(p.device))
+    return len(layers)
 
 
 def check_vocab(tok, config, name: str = "model") -> None:

@@ -55,7 +55,7 @@ def quantize(model, cfg: QuantConfig, fisher: dict | None = None) -> dict[str, Q
         q[n] = quantize_weight(mods[n].weight, cfg, None if fisher is None else fisher[n], n)
     put(model, q)
     if cfg.method == "int8":
-        _keep(model, q)  # as keep_int8 does for a loaded int8 checkpoint
+        _keep(model, q)  # as models.load.keep_int8 does for a loaded int8 checkpoint
     return q
 
 
@@ -135,16 +135,6 @@ def read_meta(path: str | Path) -> dict:
     if not f.is_file():
         raise FileNotFoundError(f"{f}: not a quantized checkpoint (make quantized builds them)")
     return json.loads(f.read_text())
-
-
-def keep_int8(model, path: str | Path) -> int:
-    """For an int8 checkpoint at path, each quantized layer's int8 codes and scale kept on its weight
-    (`weight._bild_int8`), where the lean engine's products find them and run torch's CPU int8
-    kernel instead of the dequantized bf16 weights (models.linear.Int8). Returns how many layers:
-    0 for any other checkpoint. models.load_model calls it."""
-    if not is_quantized(path) or read_meta(path)["config"].get("method") != "int8":
-        return 0
-    return _keep(model, load_quantized(path)[1])
 
 
 def _keep(model, q: dict[str, QWeight]) -> int:
