@@ -179,11 +179,12 @@ def keep_int8(model, path: str | Path) -> int:
 
     from safetensors.torch import load_file
 
-    meta = Path(path) / "quant.json"
-    if not meta.is_file() or json.loads(meta.read_text())["config"].get("method") != "int8":
+    f = Path(path) / "quant.json"
+    meta = json.loads(f.read_text()) if f.is_file() else {}
+    if meta.get("config", {}).get("method") != "int8":
         return 0
     t, mods = load_file(str(Path(path) / "quant.safetensors")), dict(model.named_modules())
-    layers = json.loads(meta.read_text())["layers"]
+    layers = meta["layers"]
     for n in layers:
         p = mods[n].weight
         codes = t[f"{n}.codes"][: p.numel()].view(p.shape)

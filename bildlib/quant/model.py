@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from bildlib import data
 from bildlib.quant.config import QuantConfig
 from bildlib.quant.squeeze import squeeze
-from bildlib.quant.uniform import int8, int8_parts, rtn
+from bildlib.quant.uniform import int8, int8_parts, is_int8, rtn
 from bildlib.quant.weights import QWeight
 
 META = "quant.json"
@@ -47,28 +47,30 @@ def quantize_weight(w: torch.Tensor, cfg: QuantConfig, fisher: torch.Tensor | No
 
 def quantize(model, cfg: QuantConfig, fisher: dict | None = None) -> dict[str, QWeight]:
     """Quantizes model's linear layers (quantizable) in place, returning {name: QWeight}; int8's
-    codes are kept on the weights for the lean engine's int8 products (keep_int8)."""
+    codes are kept on the weights for the lean engine's int8 products (put)."""
     if cfg.method == "none":
         return {}
     mods, q = dict(model.named_modules()), {}
     for n in quantizable(model):
         q[n] = quantize_weight(mods[n].weight, cfg, None if fisher is None else fisher[n], n)
     put(model, q)
-    if cfg.method == "int8":
-        _keep(model, q)  # as models.load.keep_int8 does for a loaded int8 checkpoint
     return q
 
 
 @torch.no_grad()
 def put(model, q: dict[str, QWeight]) -> None:
-    """The dequantized weights into the model, in its dtype and memory layout."""
+    """The dequantized weights into the model, in its dtype and memory layout; an int8 weight's
+    codes and scale kept on it for the lean engine's int8 products (models.linear.Int8, as
+    models.load.keep_int8 does for a loaded int8 checkpoint), any other's earlier codes dropped."""
     mods = dict(model.named_modules())
     for n, w in q.items():
         p = mods[n].weight
         if tuple(p.shape) != w.shape:
             raise ValueError(f"quantized weight {n}: shape {w.shape}, the model's is {tuple(p.shape)}")
         p.copy_(w.dequant(p.dtype).to(p.device))
-        if hasattr(p, "_bild_int8"):  # an earlier int8 quantization's codes: stale now
+        if is_int8(w):
+            p._bild_int8 = tuple(t.to(p.device) for t in int8_parts(w))
+        elif hasattr(p, "_bild_int8"):  # an earlier int8 quantization's codes: stale now
             del p._bild_int8
 
 
@@ -135,17 +137,6 @@ def read_meta(path: str | Path) -> dict:
     if not f.is_file():
         raise FileNotFoundError(f"{f}: not a quantized checkpoint (make quantized builds them)")
     return json.loads(f.read_text())
-
-
-def _keep(model, q: dict[str, QWeight]) -> int:
-    mods = dict(model.named_modules())
-    for n, w in q.items():
-        p = mods[n].weight
-        if tuple(p.shape) != w.shape:
-            raise ValueError(f"quantized weight {n}: shape {w.shape}, the model's is {tuple(p.shape)}")
-        codes, scale = int8_parts(w)
-        p._bild_int8 = (codes.to(p.device), scale.to(p.device))
-    return len(q)
 
 
 def load_quantized(path: str | Path) -> tuple[QuantConfig, dict[str, QWeight], dict]:

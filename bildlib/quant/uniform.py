@@ -44,9 +44,14 @@ def up_to_bf16(x: torch.Tensor) -> torch.Tensor:
     return b.float()
 
 
+def is_int8(w: QWeight) -> bool:
+    """Whether w is int8's per-channel grid (int8): 8 bits, uniform, one table of 256 per row."""
+    return w.bits == 8 and w.uniform and tuple(w.table.shape[1:]) == (1, 256)
+
+
 def int8_parts(w: QWeight) -> tuple[torch.Tensor, torch.Tensor]:
     """An int8 QWeight as a CPU int8 kernel takes it: codes (out, in) int8 and the scale (out,)
     float32 (table[j] = (j - 128) scale, so table[129] is the scale)."""
-    if w.bits != 8 or not w.uniform or w.table.shape[1:] != (1, 256):
+    if not is_int8(w):
         raise ValueError(f"not a per-channel int8 weight (bits {w.bits}, table {tuple(w.table.shape)})")
     return (w.codes.to(torch.int16) - 128).to(torch.int8), w.table[:, 0, 129].clone()
