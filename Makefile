@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness cards clean-venv
 
 setup: $(STAMP)
 
@@ -201,6 +201,11 @@ bench-batch: $(STAMP)
 # GPU it stops at once and says so. It finishes the check after failed kernel tests, then fails.
 GPU_CHECK_OUT ?= figures/gpu
 GPU_CHECK_N ?= 200
+# Lossless BiLD against vanilla greedy on all of Multi30k val on this machine: both dtypes, today's
+# engine and the probed one, then each ISA cap this CPU supports (bildlib.bench.exactness; resumes).
+exactness: $(STAMP)
+	$(BIN)/python -m bildlib.bench.exactness --sweep
+
 gpu-check: $(STAMP)
 	$(BIN)/python -m bildlib.bench.gpu --plan
 	@mkdir -p $(GPU_CHECK_OUT)

@@ -113,7 +113,17 @@ def run_line(checks: dict) -> str:
         f"{checks['baseline ms']:.1f} ms per sentence, its {checks['baseline repeats']} interleaved repeats "
         f"spread {checks['baseline spread %']:.1f} %; {checks['busy configurations']} of "
         f"{checks['configurations']} configurations timed on a busy machine"
-    )
+    ) + products_clause(checks)
+
+
+def products_clause(checks: dict) -> str:
+    """"; products ... (row-invariant here)" from a checks file that records them (runs made
+    before the engine probed its products record none: "")."""
+    if "products" not in checks:
+        return ""
+    inv = {True: "row-invariant here", False: "NOT row-invariant here: lossless is not exact"}
+    state = inv.get(checks.get("row_invariant"), "none probed")
+    return f"; products {checks['products']} ({state}, {checks.get('isa', '')})"
 
 
 def regimes(t: pd.DataFrame, rule: str = "interval") -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +12,7 @@ from bildlib import kernels
 from bildlib.decoding.common import check_count, check_threshold, finished
 from bildlib.decoding.policy import Policy, Sampling
 from bildlib.decoding.trace import Trace
+from bildlib.models import rowinv
 from bildlib.models.lm import check_pair
 
 RULES = ("ours", "authors")
@@ -184,4 +186,14 @@ def bild(
             break
         else:  # "else: y <- y + [sample(p_L[-1])]"
             tr.emit(seq, pol.pick(logits[-1:]), "L")
+    if s.distance == "exact" and not rowinv.exact_here():
+        not_exact_warning()
     return seq[1:], tr
+
+
+def not_exact_warning() -> None:
+    """distance="exact" where a product is not row-invariant on this machine (models.rowinv): the
+    output may differ from vanilla greedy decoding, so it is not called exact."""
+    warnings.warn("lossless BiLD is not exact on this machine: no row-invariant path for "
+                  f"{sorted(rowinv.NOT_INVARIANT)} (bildlib.models.rowinv); its output may differ from "
+                  "vanilla greedy decoding", RuntimeWarning, stacklevel=3)

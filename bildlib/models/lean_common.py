@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
+from bildlib.models import rowinv
+
 
 class UnsupportedArchitectureError(ValueError):
     """engine="lean" asked of a model the lean engine does not implement."""
@@ -68,13 +70,51 @@ def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """softmax(q k^T + bias) v for q (H, k, dh), k and v (H, n, dh), bias (H, k, n) or None; no
-    1/sqrt(dh) (T5 folds it into its weights). Three plain ops: at the decoder's shapes (k and n
-    small) torch's SDPA takes its math path at twice the cost (20 us against 10 per call), and
-    bmm skips matmul's reshapes (6 us against 10)."""
+    1/sqrt(dh) (T5 folds it into its weights). Each query row's result has the same bits whatever
+    the number of rows: the path (_attend as is, padded to a few rows, or row by row) is probed
+    once per process, dtype and head shape (models.rowinv); in float32 on an Intel Xeon with AMX,
+    bmm's one- and two-row products sum in other orders than more rows'."""
+    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], bias is None)
+    f = _ATTEND.get(key)
+    if f is None:
+        f = _ATTEND[key] = _attend_path(key)
+    return f(q, k, v, bias)
+
+
+def _attend(q, k, v, bias) -> torch.Tensor:
+    """attend's three plain ops: at the decoder's shapes (k and n small) torch's SDPA takes its
+    math path at twice the cost (20 us against 10 per call), and bmm skips matmul's reshapes (6 us
+    against 10)."""
     s = torch.bmm(q, k.transpose(1, 2)) if bias is None else torch.baddbmm(bias, q, k.transpose(1, 2))
     if s.dtype != torch.float32:  # s: (H, k, n); the softmax runs in fp32
         return torch.bmm(torch.softmax(s, -1, dtype=torch.float32).to(v.dtype), v)
     return torch.bmm(torch.softmax(s, -1), v)  # (H, k, dh)
+
+
+_ATTEND: dict[tuple, object] = {}  # (dtype, device, H, dh, no bias) -> the chosen path
+
+
+def _attend_path(key: tuple):
+    """The first row-invariant path of _attend at this key, probed over 20 and 41 keys (a query
+    row: its (H, dh) query and (H, n) bias as one (H dh + H n) row of the probe)."""
+    dtype, device, H, dh, no_bias = key
+    g = torch.Generator().manual_seed(1)
+    kvs = [torch.randn(2, H, n, dh, generator=g).to(device=device, dtype=dtype) for n in (20, 41)]
+
+    def rows(f, kv):  # f over probe rows: x (r, H dh + H n) -> (r, H dh)
+        def row_fn(x):
+            r, n = x.shape[0], kv.shape[2]
+            q = x[:, : H * dh].reshape(r, H, dh).transpose(0, 1)
+            b = None if no_bias else x[:, H * dh :].reshape(r, H, n).transpose(0, 1)
+            return f(q, kv[0], kv[1], b).transpose(0, 1).reshape(r, -1)
+
+        return row_fn
+
+    def check(f) -> bool:
+        return not any(rowinv.probe(rows(f, kv), H * dh + H * kv.shape[2], dtype, device) for kv in kvs)
+
+    label = (str(dtype).removeprefix("torch."), H, dh, "no bias" if no_bias else "bias")
+    return rowinv.choose("attention", label, rowinv.paths(_attend, 1, (0, 3)), check)[1]
 
 
 def act_fn(name: str):

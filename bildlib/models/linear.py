@@ -2,7 +2,8 @@
 and res + x W^T rounded once (torch.addmm's bits; HF's x + linear(a) rounds twice).
 
 `linear(w)` picks how, by what a call costs on this project's CPUs (docs/engines.md, *Anatomy
-of a step*):
+of a step*), fastest first, keeping only a product that is row-invariant on the machine that runs
+(models.rowinv: probed once per process and shape; Float32 is the fallback of every CPU weight):
 - `Packed`: W prepacked once into oneDNN's blocked layout (PyTorch's own
   `mkldnn._reorder_linear_weight` / `_linear_pointwise`, the kernels inductor's `freezing`
   uses). A one-row product reads it at about twice the rate of torch.mm, with torch.mm's bits
@@ -13,18 +14,21 @@ of a step*):
   call): bf16 inputs, float32 products and sums, one rounding to bf16, as bf16 torch.mm computes
   them, in another summation order (at most one bf16 rounding step apart).
 - `MM`: torch.mm on W's transposed view: CUDA, other dtypes, small float32 weights, a PyTorch
-  without oneDNN, or PACK off.
+  without oneDNN, or PACK off. On an Intel Xeon with AMX its float32 one-row product (gemv) has
+  other bits than the same row among several, so there small float32 weights run Float32.
 - `Int8`: a weight of an int8 checkpoint (bildlib.quant), whose int8 codes and per-row scale
   the loader keeps on W (`_bild_int8`, models.load.keep_int8): torch's CPU int8 weight-only
   kernel (`torch._weight_int8pack_mm`), in bf16. Faster than the packed bf16 product at one row,
   slower at ten (docs/quantization.md, *CPU int8*, per matrix); each row's result is the same
-  bits whatever the number of rows. torchao's int8 weight-only linear casts the codes to bf16 at
-  every call and is slower than both here, so it is not used.
+  bits whatever the number of rows (probed like the rest). torchao's int8 weight-only linear
+  casts the codes to bf16 at every call and is slower than both here, so it is not used.
 """
 
 from __future__ import annotations
 
 import torch
+
+from bildlib.models import rowinv
 
 # Whether linear() may prepack or copy (tests turn it off to compare with plain torch.mm).
 PACK = True
@@ -34,14 +38,41 @@ MIN_PACKED = {torch.float32: 1 << 18, torch.bfloat16: 1 << 17}
 
 
 def linear(w: torch.Tensor) -> Packed | Float32 | MM | Int8:
-    """The product object for weight w (out, in) (module docstring)."""
-    if PACK and int8_ok(w):
-        return Int8(*w._bild_int8)
-    if not PACK or w.device.type != "cpu" or w.dtype not in MIN_PACKED:
+    """The product object for weight w (out, in) (module docstring). On a CPU: the first of
+    candidates(w) that is row-invariant on this machine at w's shape and dtype (rowinv.probe,
+    once per process and shape), Float32 (rows_mm, itself probed) last. Elsewhere, or with PACK
+    off: MM."""
+    if not PACK or w.device.type != "cpu":
         return MM(w)
-    if w.numel() >= MIN_PACKED[w.dtype] and onednn():
-        return Packed(w)
-    return Float32(w) if w.dtype == torch.bfloat16 else MM(w)
+    key = (tuple(w.shape), str(w.dtype).removeprefix("torch."))
+    cands = {c.__name__: c for c in candidates(w)}
+    cls = rowinv.choose("linear", key, cands, lambda c: _invariant(c, w))[1]
+    return Int8(*w._bild_int8) if cls is Int8 else cls(w)
+
+
+def candidates(w: torch.Tensor) -> list[type]:
+    """The product classes for a CPU weight w, fastest first (module docstring)."""
+    cands: list[type] = [Int8] if int8_ok(w) else []
+    if w.dtype in MIN_PACKED and w.numel() >= MIN_PACKED[w.dtype] and onednn():
+        cands.append(Packed)
+    elif w.dtype != torch.bfloat16:
+        cands.append(MM)
+    return cands + [Float32]
+
+
+_INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype) -> probed row-invariant here
+
+
+def _invariant(cls, w: torch.Tensor) -> bool:
+    """Whether cls's product, relu and residual add over w are row-invariant here (rowinv.probe)."""
+    key = (cls, tuple(w.shape), w.dtype)
+    if key not in _INVARIANT:
+        p = Int8(*w._bild_int8) if cls is Int8 else cls(w)
+        out, n = w.shape
+        add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
+        _INVARIANT[key] = not (rowinv.probe(p, n, w.dtype) or rowinv.probe(p.relu, n, w.dtype)
+                               or rowinv.probe(add, n + out, w.dtype))  # fmt: skip
+    return _INVARIANT[key]
 
 
 class MM:
@@ -75,18 +106,43 @@ class Float32(MM):
 
 
 def rows_mm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -> torch.Tensor:
-    """x (k, n) @ t (n, m) (+ res (k, m), or (1, m) for every row) as k one-row products: where m
-    is a multiple of 4, each row's result is the same bits whatever k is and wherever the row
-    sits in x. torch.mm in float32 is not: MKL multiplies one row (gemv) and several (gemm) in
-    different summation orders, so a token's logits would depend on how many tokens its call
-    carried, and lossless BiLD would drift from vanilla greedy (bf16 rounding magnifies the
-    last-bit differences). Where m is not a multiple of 4, output rows start off 16-byte
-    boundaries and some rows' bits change (measured on this project's CPUs), so the engine pads
-    its folded cross-attention to such widths. oneDNN's packed products are row-invariant."""
+    """x (k, n) @ t (n, m) (+ res (k, m), or (1, m) for every row), each row's result the same
+    bits whatever k is and wherever the row sits in x: torch.mm is not (MKL multiplies one row
+    (gemv) and several (gemm) in different summation orders), so a token's logits would depend on
+    how many tokens its call carried, and lossless BiLD would drift from vanilla greedy (bf16
+    rounding magnifies the last-bit differences). The path is probed once per process and shape
+    (rowinv): k one-row products in one batched call, padded to a few rows where this machine's
+    kernel treats one row apart, or one call per row. Where m is not a multiple of 4, output rows
+    start off 16-byte boundaries and some rows' bits changed on this project's CPUs, so the engine
+    pads its folded cross-attention to such widths."""
+    key = (x.shape[1], t.shape[1], res is not None and (res.shape[0] != 1 or x.shape[0] == 1), x.device.type)
+    f = _ROWS.get(key)
+    if f is None:
+        f = _ROWS[key] = _rows_path(key, t, res)
+    return f(x, t, res)
+
+
+def _rows_bmm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -> torch.Tensor:
+    """x (k, n) @ t (n, m) (+ res) as a batch of k one-row products."""
     k = x.shape[0]
     if res is None:
         return torch.bmm(x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
     return torch.baddbmm(res.unsqueeze(1), x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
+
+
+_ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device) -> the chosen path
+
+
+def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
+    n, m, per_row = key[0], key[1], key[2]
+    if res is None:
+        check = lambda f: not rowinv.probe(lambda x: f(x, t, None), n, t.dtype, t.device)  # noqa: E731
+    elif per_row:
+        check = lambda f: not rowinv.probe(lambda xr: f(xr[:, :n], t, xr[:, n:]), n + m, t.dtype, t.device)  # noqa: E731
+    else:
+        one = res[:1].clone()
+        check = lambda f: not rowinv.probe(lambda x: f(x, t, one), n, t.dtype, t.device)  # noqa: E731
+    return rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check)[1]
 
 
 class Packed:

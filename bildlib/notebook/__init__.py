@@ -124,11 +124,20 @@ def machine() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, torch {_torch_version()}"
 
 
+def products() -> dict:
+    """The product paths this process's engines chose and whether all are row-invariant here
+    (models.rowinv.summary): {"products": ..., "row_invariant": ..., "isa": ...}."""
+    from bildlib.models import rowinv
+
+    return rowinv.summary()
+
+
 def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
     """<out_dir>/<name>_checks.json: what a notebook checked while it ran (baseline spread,
     equivalences, busy flags, ...), so that the checks reach git with the figures and a test can
     assert them on the committed files. Values are numbers, strings, booleans or lists of them; the
-    commit the run ran from (`commit`), its code (`code_state`) and the machine are added. It
+    commit the run ran from (`commit`), its code (`code_state`), the machine, and the product
+    paths its engines chose with whether they are row-invariant here (`products`) are added. It
     prints the checks and where they went, and returns nothing (a cell ending with it echoes no
     path)."""
     from bildlib import data
@@ -136,7 +145,7 @@ def save_checks(checks: dict, name: str, out_dir: Path | str) -> None:
     if missing := [k for k in RUN_FIELDS if k not in checks]:
         raise ValueError(f"{name}'s checks must name the run's {', '.join(missing)} (analysis.run_info or "
                          "notebook.run_fields give them): README states each block's dtype and engine")
-    checks = checks | run_state() | {"machine": machine()}
+    checks = checks | run_state() | {"machine": machine()} | products()
     path = Path(out_dir) / f"{name}_checks.json"
     for k, v in checks.items():
         print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")

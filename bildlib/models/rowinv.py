@@ -1,0 +1,202 @@
+"""Row invariance, measured on the machine that runs (docs/engines.md, *Row invariance*).
+
+Lossless BiLD equals vanilla greedy decoding only if the large model gives a token the same logits
+whether its call carries that token alone (vanilla) or ten tokens (BiLD's check): every product of
+a decoder step must give each row the bits it gets alone. Whether a kernel does is a property of
+the CPU, the library and the ISA it dispatches to, not of our code. On this project's AMD EPYCs
+MKL's one-row and several-row float32 products agreed; on an Intel Xeon with AMX the one-row
+product (gemv) sums in another order, and float32 attention's bmm differs at one and two rows.
+
+So the engine measures it. `probe` runs a product on 1..16 rows against one 16-row call, with the
+rows starting on and off 16-byte boundaries; `choose` takes the first path, fastest first, that
+`probe` finds invariant, once per process and shape, and logs a fallback. The paths, for a
+product over rows:
+- "bmm": the kernel as it is (for models.linear.rows_mm: a batch of one-row products);
+- "bmm>=R" (R = 2, 4, 8, 16): the same kernel with the call padded to at least R rows, which keeps
+  a kernel's few-row special case (gemv at one row) out of the way;
+- "rowwise": one call per row on a fresh copy of the row, so that every row runs the same call:
+  invariant by construction (and checked like the rest); the slowest.
+
+`summary()` says what was chosen in this process and whether all of it is invariant: checks files
+record it (notebook.save_checks), and lossless BiLD on a machine where it is False says it is not
+exact (decoding.bild).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+ROWS = 16  # the probe's largest call; BiLD's calls carry at most 11 tokens (10 small ones + 1)
+PADS = (1, 2, 4, 8, ROWS)  # "bmm>=R" for these R, 1 being the kernel as it is
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dtype,
+          device: str | torch.device = "cpu", rows: int = ROWS, seed: int = 0) -> list[tuple]:  # fmt: skip
+    """Where f, a product over rows ((k, width) -> (k, ...)), is not row-invariant: each
+    (offset, k, start) whose k-row call x[start:start + k] differs in any bit from those rows of
+    one `rows`-row call, for k = 1..rows; offset 1: the rows start one element off the buffer's
+    (16-byte aligned) start. An empty list: invariant at this width."""
+    g = torch.Generator().manual_seed(seed)
+    buf = torch.randn(rows * width + 1, generator=g).to(device=device, dtype=dtype)
+    bad = []
+    for off in (0, 1):
+        x = buf[off : off + rows * width].view(rows, width)
+        full = f(x)
+        for k in range(1, rows + 1):
+            start = 0 if off == 0 else rows - k  # the first rows aligned, the last rows not
+            if not torch.equal(f(x[start : start + k]), full[start : start + k]):
+                bad.append((off, k, start))
+    return bad
+
+
+def at_least(f: Callable, R: int, dim: int = 0, rowed: tuple[int, ...] = (0,)) -> Callable:
+    """f over the rows (dimension `dim`) of its arguments at positions `rowed` (the first one's
+    rows; another with one row where the first has more is broadcast and left), called with at
+    least R rows: fewer are padded with copies of the last row, and the padding's results dropped."""
+    if R <= 1:
+        return f
+
+    def padded(*args):
+        k = args[rowed[0]].shape[dim]
+        if k >= R:
+            return f(*args)
+        return f(*_rows(args, rowed, dim, k, lambda a: _pad(a, R, k, dim))).narrow(dim, 0, k)
+
+    return padded
+
+
+def rowwise(f: Callable, dim: int = 0, rowed: tuple[int, ...] = (0,)) -> Callable:
+    """f over the rows of its `rowed` arguments (as at_least), one call per row on a contiguous
+    copy of that row."""
+
+    def each(*args):
+        k = args[rowed[0]].shape[dim]
+        return torch.cat([f(*_rows(args, rowed, dim, k, lambda a, i=i: a.narrow(dim, i, 1).contiguous()))
+                          for i in range(k)], dim)  # fmt: skip
+
+    return each
+
+
+def _rows(args: tuple, rowed: tuple[int, ...], dim: int, k: int, g: Callable) -> list:
+    """args with g applied to each `rowed` one that has k rows (None and broadcast rows left)."""
+    return [g(a) if i in rowed and a is not None and a.shape[dim] == k else a for i, a in enumerate(args)]
+
+
+def _pad(a: torch.Tensor, R: int, k: int, dim: int) -> torch.Tensor:
+    last = a.narrow(dim, k - 1, 1)
+    return torch.cat([a, last.expand(*a.shape[:dim], R - k, *a.shape[dim + 1 :])], dim)
+
+
+def paths(f: Callable, dim: int = 0, rowed: tuple[int, ...] = (0,)) -> dict[str, Callable]:
+    """The family of paths of a product f over rows, fastest first (module docstring)."""
+    out = {("bmm" if R == 1 else f"bmm>={R}"): at_least(f, R, dim, rowed) for R in PADS}
+    return out | {"rowwise": rowwise(f, dim, rowed)}
+
+
+@dataclass(frozen=True)
+class Choice:
+    kind: str  # "linear", "rows_mm", "attention"
+    path: str  # the chosen path's name
+    invariant: bool  # False: no path was invariant here; the first one runs
+    tried: tuple[str, ...]  # the paths refused before it
+
+
+CHOSEN: dict[tuple, Choice] = {}  # (kind, *shape key) -> Choice, for this process
+NOT_INVARIANT: set[tuple] = set()  # the keys of CHOSEN where no path was invariant
+FIRST_ONLY = False  # take each product's fastest path unprobed (bench.exactness --paths first)
+
+
+def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callable[[Callable], bool]):
+    """The first of candidates (name -> path, fastest first) that check(path) finds invariant,
+    remembered under (kind, *key); if none is, the first, recorded as not invariant and logged.
+    Returns (name, path)."""
+    names = list(candidates)
+    if FIRST_ONLY:  # today's engine before the probe, for bench.exactness's cost column
+        CHOSEN[(kind, *key)] = Choice(kind, names[0], True, ())
+        return names[0], candidates[names[0]]
+    for i, name in enumerate(names):
+        if check(candidates[name]):
+            if i:
+                _log_once(kind, f"{kind} {key}: {', '.join(names[:i])} not row-invariant on this machine; "
+                                f"using {name} (bildlib.models.rowinv)")  # fmt: skip
+            CHOSEN[(kind, *key)] = Choice(kind, name, True, tuple(names[:i]))
+            return name, candidates[name]
+    _log_once(kind, f"{kind} {key}: no row-invariant path on this machine ({', '.join(names)}); lossless "
+                    "BiLD cannot be exact here (bildlib.models.rowinv)", logging.WARNING)  # fmt: skip
+    CHOSEN[(kind, *key)] = Choice(kind, names[0], False, tuple(names))
+    NOT_INVARIANT.add((kind, *key))
+    return names[0], candidates[names[0]]
+
+
+_LOGGED: set[tuple[str, int]] = set()
+
+
+def _log_once(kind: str, msg: str, level: int = logging.INFO) -> None:
+    if (kind, level) not in _LOGGED:
+        _LOGGED.add((kind, level))
+        log.log(level, msg)
+
+
+def summary() -> dict:
+    """What this process chose: {"products": "linear Packed, Float32; rows_mm bmm>=2; ...",
+    "row_invariant": bool or None (nothing probed yet), "isa": the CPU and caps}."""
+    by_kind: dict[str, set[str]] = {}
+    for c in CHOSEN.values():
+        by_kind.setdefault(c.kind, set()).add(c.path if c.invariant else f"{c.path} (NOT invariant)")
+    products = "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in sorted(by_kind.items()))
+    inv = all(c.invariant for c in CHOSEN.values()) if CHOSEN else None
+    return {"products": products or "none probed", "row_invariant": inv, "isa": isa()}
+
+
+def exact_here() -> bool:
+    """False where a product this process chose is not row-invariant (lossless BiLD then differs
+    from vanilla greedy where a last bit flips an argmax)."""
+    return not NOT_INVARIANT
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def caps() -> list[dict[str, str]]:
+    """The ISA caps this CPU can run under, each an environment to start a process with: none,
+    oneDNN capped at each ISA below the CPU's, ATen's dispatch capped likewise (x86 Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(ln for ln in f if ln.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return [{}]
+    out: list[dict[str, str]] = [{}]
+    for flag, cap in (("amx_bf16", "AVX512_CORE_BF16"), ("avx512_bf16", "AVX512_CORE"), ("avx512f", "AVX2")):
+        if flag in flags:
+            out.append({"ONEDNN_MAX_CPU_ISA": cap})
+    if "avx512f" in flags:
+        out.append({"ATEN_CPU_CAPABILITY": "avx2"})
+    if "avx2" in flags:
+        out.append({"ATEN_CPU_CAPABILITY": "default"})
+    return out
+
+
+def isa() -> str:
+    """The ISA torch's kernels dispatch to here, with any cap set in the environment:
+    "AVX512" or "AVX512, ONEDNN_MAX_CPU_ISA=AVX2"."""
+    caps = [f"{v}={os.environ[v]}" for v in ISA_CAPS if os.environ.get(v)]
+    return ", ".join([torch.backends.cpu.get_cpu_capability(), *caps])
