@@ -71,13 +71,16 @@ PRESET ?=
 DEVICE ?=
 PM_ARGS += $(if $(PRESET),-p preset $(PRESET)) $(if $(DEVICE),-p device $(DEVICE))
 TO_FIGURES = $(if $(PRESET)$(DEVICE),,-p out_dir figures)
-PAPERMILL = $(BIN)/papermill --cwd . $(TO_FIGURES) $(PM_ARGS)
+# Every notebook run has a per-cell limit (papermill's --execution-timeout, seconds): a hang fails,
+# naming the cell. The longest cells (make bench's sweep, about 45 min here) fit well inside it.
+NB_TIMEOUT ?= 10800
+PAPERMILL = $(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(TO_FIGURES) $(PM_ARGS)
 # make fig4 is a newcomer's first run: into build/figures/fig4/, so the checkout stays as cloned.
 # make fig4 PUBLISH=1 (and make figures) rewrite the committed figures/fig4.png and table1.csv.
 PUBLISH ?=
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
-	$(BIN)/papermill --cwd . $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+	$(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
 
 figures: $(STAMP)
 	@mkdir -p build/notebooks

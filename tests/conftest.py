@@ -12,6 +12,9 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parent.parent
+# Seconds a cell of a notebook the tests run may take (papermill's execution_timeout): a hang fails
+# in minutes with the cell named, not at CI's limit; the slowest tiny cell takes well under a minute.
+CELL_TIMEOUT = 300
 
 
 def run_python(code: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:

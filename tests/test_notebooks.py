@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, as_git_has_it
+from conftest import CELL_TIMEOUT, REPO, as_git_has_it
 
 NOTEBOOKS = ["fig2", "fig4", "fig5", "fig9", "fig10", "latency_scatter", "table3", "table5", "fig8", "peers",
              "fig7", "fig6", "small_models", "pet", "quantized"]  # fmt: skip
@@ -174,7 +174,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
     run = "\n".join(["import json, sys", "from bildlib.experiments.paper import dryrun",
                      "for nb, params in json.load(sys.stdin): dryrun.execute(nb, params)"])  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", run], input=json.dumps(plan), cwd=REPO,
-                          capture_output=True, text=True)  # fmt: skip
+                          capture_output=True, text=True, timeout=12 * CELL_TIMEOUT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in NOTEBOOKS:
         fig = f"{name}_points" if name in ("table3", "table5") else name  # their CSVs are the tables
@@ -307,8 +307,9 @@ def test_a_missing_early_exit_model_names_the_command_that_builds_it(tmp_path):
 
     cmd = [sys.executable, "-m", "papermill", "notebooks/fig6.ipynb", str(tmp_path / "out.ipynb"),
            "-p", "results_dir", str(tmp_path / "res"), "-p", "out_dir", str(tmp_path / "fig"),
-           "-y", "{checkpoints: {ee: data/checkpoints/not-built-ee}}"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+           "-y", "{checkpoints: {ee: data/checkpoints/not-built-ee}}",
+           "--execution-timeout", str(CELL_TIMEOUT)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=2 * CELL_TIMEOUT)
     assert proc.returncode != 0 and "make models-ee" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
@@ -363,6 +364,28 @@ def test_make_targets_publish_only_the_default_runs():
     assert "--out figures/batch" in cmd("bench-batch")
 
 
+def test_every_notebook_execution_has_a_timeout():
+    """A notebook that hangs fails, naming its cell, within its limit: every papermill run of a make
+    target passes --execution-timeout, and every execution in the package and the tests passes
+    papermill's execution_timeout (or runs under a subprocess timeout, or nbgrader's)."""
+    import re
+    import subprocess
+
+    targets = ["fig4", "figures", "figures-full", "headline", "bench-grid", "fig4-authors", "figures-ee",
+               "figures-lm", "small-models", "pet"]  # fmt: skip
+    for t in targets:
+        out = subprocess.run(["make", "-n", t], cwd=REPO, capture_output=True, text=True).stdout
+        runs = [ln for ln in out.splitlines() if "bin/papermill " in ln]
+        assert runs, t
+        assert all("--execution-timeout" in ln for ln in runs), (t, runs)
+    for f in [*(REPO / "bildlib").rglob("*.py"), *(REPO / "tests").glob("*.py")]:
+        text = f.read_text()
+        for m in re.finditer(r"execute_notebook\(", text):
+            assert "execution_timeout" in text[m.start() : m.start() + 300], f"{f.name}: no execution_timeout"
+        for m in re.finditer(r'"-m", "papermill"', text):
+            assert "--execution-timeout" in text[m.start() : m.start() + 400], f"{f.name}: no limit"
+
+
 @pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial", "table2_lm"])
 def test_parameters_are_type_checked(name):
     from bildlib import notebook
@@ -392,8 +415,8 @@ def test_bad_parameters_stop_a_notebook_with_a_message_that_names_them(tmp_path)
 
     cmd = [sys.executable, "-m", "papermill", "notebooks/fig4.ipynb", str(tmp_path / "out.ipynb"),
            "-p", "results_dir", str(tmp_path / "res"), "-p", "out_dir", str(tmp_path / "fig"),
-           "-p", "n_examples", "2.5"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+           "-p", "n_examples", "2.5", "--execution-timeout", str(CELL_TIMEOUT)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=2 * CELL_TIMEOUT)
     message = "fig4: parameter n_examples must be int, got 2.5 (float)"
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stderr[-2000:]
     with pytest.raises(ValueError, match="fallback must be a number in \\[0, 1\\] or None, got nan"):

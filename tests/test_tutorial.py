@@ -13,7 +13,7 @@ from bildlib import decoding as D
 from bildlib.notebook.tutorial import checks as C
 from bildlib.notebook.tutorial import checks_loop as CL
 from bildlib.notebook.tutorial import fakes, record
-from conftest import REPO, course_solutions
+from conftest import CELL_TIMEOUT, REPO, course_solutions
 
 S = course_solutions()
 
@@ -189,12 +189,27 @@ def test_the_explorer_draws_the_decode_its_sliders_name(shipped_pair, monkeypatc
         return real(lab, i, fb, rb, *a)
 
     monkeypatch.setattr(EX, "view", spy)
+    shown = []  # what the cell displays and updates: the sliders, then the summary and picture handles
+    monkeypatch.setattr("IPython.display.display", lambda *a, **kw: shown.append(a) or _Handle(shown))
     box = EX.explorer(lab, 0, 0.5, 1.0, step, call)
-    sliders = box.children[0].children
+    sliders = box.children
     assert [s.description for s in sliders] == ["sentence", "α_FB", "α_RB"]
     sliders[1].value = 0.8  # each move redraws that setting
     sliders[0].value = 1
     assert drawn == [(0, 0.5, 1.0), (0, 0.8, 1.0), (1, 0.8, 1.0)]
+    assert shown[0] == (box,) and "large calls" in shown[1][0].data
+    updates = [a for a in shown if a and a[0] == "update"]
+    assert len(updates) == 4 and "large calls" in updates[-2][1].data  # two moves, two handles each
+
+
+class _Handle:
+    """IPython's DisplayHandle as the explorer uses it, recording its updates."""
+
+    def __init__(self, shown: list):
+        self.shown = shown
+
+    def update(self, obj) -> None:
+        self.shown.append(("update", obj))
 
 
 def test_loop_check_on_the_shipped_pair(shipped_pair):
@@ -222,7 +237,8 @@ def test_the_blank_handout_runs_to_its_end(shipped_pair, multi30k_dir, tmp_path)
     tiny = {"n_examples": 3, "n_sweep": 4, "alphas": [0.4, 0.8], "threads": 1, "rounds": 3}
     out = tmp_path / "out"
     papermill.execute_notebook(str(REPO / "notebooks" / "tutorial.ipynb"), str(tmp_path / "blank.ipynb"),
-                               parameters=tiny | {"out_dir": str(out)}, cwd=str(REPO), progress_bar=False)
+                               parameters=tiny | {"out_dir": str(out)}, cwd=str(REPO), progress_bar=False,
+                               execution_timeout=CELL_TIMEOUT)  # a cell that hangs fails, named
     doc = json.loads((out / "tutorial_checks.json").read_text())
     assert set(doc["checks"]) == set(C.EXERCISES) and "solutions" not in doc
     assert doc["passed"] == 0, doc

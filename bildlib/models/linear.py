@@ -64,14 +64,20 @@ _INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype) -> probed row-invari
 
 
 def _invariant(cls, w: torch.Tensor) -> bool:
-    """Whether cls's product, relu and residual add over w are row-invariant here (rowinv.probe)."""
+    """Whether cls's product, relu and residual add over w are row-invariant here (rowinv.probe).
+    A product this machine cannot run counts as not invariant: under ONEDNN_MAX_CPU_ISA=AVX2,
+    oneDNN refuses to pack a bf16 weight ("bf16 path needs the cpu support ...")."""
     key = (cls, tuple(w.shape), w.dtype)
     if key not in _INVARIANT:
-        p = Int8(*w._bild_int8) if cls is Int8 else cls(w)
         out, n = w.shape
-        add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
-        _INVARIANT[key] = not (rowinv.probe(p, n, w.dtype) or rowinv.probe(p.relu, n, w.dtype)
-                               or rowinv.probe(add, n + out, w.dtype))  # fmt: skip
+        try:
+            p = Int8(*w._bild_int8) if cls is Int8 else cls(w)
+            add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
+            _INVARIANT[key] = not (rowinv.probe(p, n, w.dtype) or rowinv.probe(p.relu, n, w.dtype)
+                                   or rowinv.probe(add, n + out, w.dtype))  # fmt: skip
+        except (RuntimeError, NotImplementedError) as e:
+            rowinv.log.info("linear %s %s: %s unavailable (%s)", tuple(w.shape), w.dtype, cls.__name__, e)
+            _INVARIANT[key] = False
     return _INVARIANT[key]
 
 

@@ -41,15 +41,16 @@ ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE
 def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dtype,
           device: str | torch.device = "cpu", rows: int = ROWS, seed: int = 0) -> list[tuple]:  # fmt: skip
     """Where f, a product over rows ((k, width) -> (k, ...)), is not row-invariant: each
-    (offset, k, start) whose k-row call x[start:start + k] differs in any bit from those rows of
-    one `rows`-row call, for k = 1..rows; offset 1: the rows start one element off the buffer's
-    (16-byte aligned) start. An empty list: invariant at this width."""
+    (offset, k, start) whose k-row call on rows [start, start + k) differs in any bit from those
+    rows of one aligned `rows`-row call, for k = 1..rows; offset 1: the same rows copied one
+    element past a (16-byte aligned) buffer's start. An empty list: invariant at this width."""
     g = torch.Generator().manual_seed(seed)
-    buf = torch.randn(rows * width + 1, generator=g).to(device=device, dtype=dtype)
+    x0 = torch.randn(rows, width, generator=g).to(device=device, dtype=dtype)
+    full = f(x0)
     bad = []
     for off in (0, 1):
-        x = buf[off : off + rows * width].view(rows, width)
-        full = f(x)
+        buf = torch.empty(rows * width + 1, device=device, dtype=dtype)
+        x = buf[off : off + rows * width].view(rows, width).copy_(x0)
         for k in range(1, rows + 1):
             start = 0 if off == 0 else rows - k  # the first rows aligned, the last rows not
             if not torch.equal(f(x[start : start + k]), full[start : start + k]):

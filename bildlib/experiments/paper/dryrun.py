@@ -38,6 +38,7 @@ from bildlib.experiments.paper import fixtures, shapes
 PAPER = [p for p in presets.PRESETS if p != "multi30k" and p not in presets.DECODER_ONLY]
 LM_PAPER = [p for p in presets.DECODER_ONLY if p != "multi30k-lm"]
 GRID = {"fallbacks": [0.6], "rollbacks": [2.0]}
+CELL_TIMEOUT = 900  # seconds a cell may run under --papermill (a hang fails, the cell named)
 # Each notebook that takes a paper preset, with a grid small enough for n = 2 (fig6 / fig7 are
 # early exit, which runs on multi30k only: they refuse a paper preset, which the tests check).
 NOTEBOOKS = {
@@ -153,7 +154,8 @@ def run(root: Path, names: list[str] = PAPER + LM_PAPER, notebooks: list[str] = 
                         out.mkdir(parents=True, exist_ok=True)
                         papermill.execute_notebook(
                             str(REPO_ROOT / "notebooks" / f"{nb}.ipynb"), str(out / f"{nb}.ipynb"),
-                            parameters=params, cwd=str(REPO_ROOT), progress_bar=False)  # fmt: skip
+                            parameters=params, cwd=str(REPO_ROOT), progress_bar=False,
+                            execution_timeout=CELL_TIMEOUT)  # fmt: skip
                     else:
                         execute(nb, params)
                     if not list(out.glob("*.png")) or not list(out.glob("*_checks.json")):

@@ -3,7 +3,13 @@ picture of a BiLD decode, with that decode's calls and the speedup the measured 
 predict (exercise 4's cost model, the notebook's own version).
 
 In JupyterLab the sliders redraw on release. Run headless (papermill, nbconvert) there is no one to
-move them: the cell draws the starting setting once, and the notebook goes on."""
+move them: the cell draws the starting setting once, and the notebook goes on.
+
+The picture and its summary are two display handles that a move updates (IPython's display_id), not
+an ipywidgets Output widget: under papermill the cell that drew into an Output widget (through
+`interactive_output`) sometimes never returned, its kernel idle, with ipykernel 7 (Output widgets
+capture by the parent message of the thread that writes, and nbclient waits on what the widget
+swallowed). A display handle is a plain output that any front end shows and updates."""
 
 from __future__ import annotations
 
@@ -55,17 +61,16 @@ def view(lab: LAB.Lab, i: int, fb: float, rb: float, step: float, large_call,
 def explorer(lab: LAB.Lab, i: int, fb: float, rb: float, step: float, large_call):
     """The widget: sliders for the sentence, α_FB and α_RB over the picture and its summary."""
     import ipywidgets as W
-    from IPython.display import display
+    from IPython.display import Pretty, display
 
     lengths: dict[int, int] = {}  # vanilla large's output length, once per sentence
 
-    def draw(sentence: int, alpha_fb: float, alpha_rb: float) -> None:
+    def draw(sentence: int, alpha_fb: float, alpha_rb: float) -> tuple[str, plt.Figure]:
         if sentence not in lengths:
             lengths[sentence] = vanilla_length(lab, sentence)
         v = view(lab, sentence, alpha_fb, alpha_rb, step, large_call, lengths[sentence])
-        print(v.summary())
-        display(v.figure)
-        plt.close(v.figure)  # shown once, not again by the inline backend
+        plt.close(v.figure)  # shown through its handle, not again by the inline backend
+        return v.summary(), v.figure
 
     on_release = {"continuous_update": False}  # one redraw per move, not one per pixel
     sliders = {
@@ -73,7 +78,16 @@ def explorer(lab: LAB.Lab, i: int, fb: float, rb: float, step: float, large_call
         "alpha_fb": W.FloatSlider(fb, min=0.05, max=0.95, step=0.05, description="α_FB", **on_release),
         "alpha_rb": W.FloatSlider(rb, min=0.25, max=6.0, step=0.25, description="α_RB", **on_release),
     }
-    out = W.interactive_output(draw, sliders)
-    box = W.VBox([W.HBox(list(sliders.values())), out])
+    box = W.HBox(list(sliders.values()))
+    text, fig = draw(i, fb, rb)
     display(box)
+    summary, picture = display(Pretty(text), display_id=True), display(fig, display_id=True)
+
+    def redraw(_change=None) -> None:
+        text, fig = draw(**{name: s.value for name, s in sliders.items()})
+        summary.update(Pretty(text))
+        picture.update(fig)
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
     return box

@@ -1,0 +1,194 @@
+"""Row invariance measured where it runs (bildlib.models.rowinv): the probe refuses an injected
+product whose rows depend on the call's row count or on the rows' addresses, and the engine takes
+an invariant path instead; the paths the engine chose on the machine running the tests are
+invariant, product by product and over whole decoder calls; and so under each ISA cap this CPU
+can be capped to, each in its own process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bildlib.models import linear as LN
+from bildlib.models import rowinv
+from conftest import REPO
+
+LARGE = REPO / "data" / "checkpoints" / "multi30k-large"
+
+
+@pytest.fixture(autouse=True)
+def fresh_choices(monkeypatch):
+    """Each test sees its own record of choices (the process's real record is left as it was)."""
+    monkeypatch.setattr(rowinv, "CHOSEN", {})
+    monkeypatch.setattr(rowinv, "NOT_INVARIANT", set())
+    monkeypatch.setattr(rowinv, "FIRST_ONLY", False)
+
+
+def one_row_apart(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """x @ t, except that a one-row call sums in another order (as MKL's gemv did on an Intel Xeon)."""
+    y = x @ t
+    return y + 1e-3 if x.shape[0] == 1 else y
+
+
+def off_alignment_apart(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """x @ t, rounded otherwise where x's first row starts off a 16-byte boundary."""
+    y = torch.cat([r @ t for r in x.unbind(0)]).view(x.shape[0], -1)
+    return y + 1e-3 if x.data_ptr() % 16 else y
+
+
+def test_the_probe_finds_row_count_and_address_dependence():
+    t = torch.randn(24, 8)
+    one = rowinv.probe(lambda x: one_row_apart(x, t), 24, torch.float32)
+    assert one and {k for _, k, _ in one} == {1}
+    addr = rowinv.probe(lambda x: off_alignment_apart(x, t), 24, torch.float32)
+    assert addr and {off for off, _, _ in addr} == {1}  # only the rows starting off the boundary
+    each = rowinv.rowwise(lambda x: x @ t)
+    assert rowinv.probe(each, 24, torch.float32) == []
+
+
+def test_choose_refuses_a_non_invariant_path_and_takes_the_next():
+    t = torch.randn(24, 8)
+    cands = {"fast": lambda x: one_row_apart(x, t), "safe": rowinv.rowwise(lambda x: x @ t)}
+    name, f = rowinv.choose("rows_mm", (24, 8), cands, lambda f: not rowinv.probe(f, 24, torch.float32))
+    assert name == "safe" and torch.equal(f(torch.ones(1, 24)), torch.ones(1, 24) @ t)
+    c = rowinv.CHOSEN[("rows_mm", 24, 8)]
+    assert (c.path, c.invariant, c.tried) == ("safe", True, ("fast",))
+    assert rowinv.exact_here() and rowinv.summary()["row_invariant"] is True
+    # padded to two rows, the one-row case never runs: "bmm>=2" is the first invariant path
+    fam, f32 = rowinv.paths(one_row_apart, 0), torch.float32
+    name, _ = rowinv.choose("rows_mm", (24, 9), fam, lambda f: not rowinv.probe(lambda x: f(x, t), 24, f32))
+    assert name == "bmm>=2"
+
+
+def test_with_no_invariant_path_bild_is_not_called_exact(multi30k_dir):
+    t = torch.randn(24, 8)
+    bad = {"a": lambda x: one_row_apart(x, t), "b": lambda x: off_alignment_apart(x, t)}
+    name, _ = rowinv.choose("rows_mm", (1, 2), bad, lambda f: not rowinv.probe(f, 24, torch.float32))
+    assert name == "a" and not rowinv.exact_here()
+    s = rowinv.summary()
+    assert s["row_invariant"] is False and "NOT invariant" in s["products"]
+    from bildlib import decoding as D
+    from bildlib.analysis.tables import products_clause
+    from bildlib.models import load_pair
+
+    small, large = load_pair(REPO / "data/checkpoints/multi30k-small-aligned", LARGE, dtype="float32")
+    src = small.encode("Ein Mann fährt Fahrrad.")
+    with pytest.warns(RuntimeWarning, match="lossless BiLD is not exact on this machine"):
+        D.bild(small, large, src, distance="exact")
+    assert "lossless is not exact" in products_clause(s)
+
+
+def test_linear_refuses_an_injected_product_that_is_not_row_invariant(monkeypatch):
+    class OneRowApart(LN.MM):
+        def __call__(self, x):
+            return one_row_apart(x, self.t)
+
+    monkeypatch.setattr(LN, "candidates", lambda w: [OneRowApart, LN.Float32])
+    monkeypatch.setattr(LN, "_INVARIANT", {})
+    w = torch.randn(16, 24)
+    assert type(LN.linear(w)) is LN.Float32
+    assert rowinv.CHOSEN[("linear", (16, 24), "float32")].tried == ("OneRowApart",)
+
+
+def test_rows_mm_pads_past_an_injected_few_row_kernel(monkeypatch):
+    """rows_mm over a batched kernel that sums otherwise below three rows: the probe picks
+    "bmm>=4" (two rows padded to four), and each row's bits then match the 16-row call's."""
+
+    def few_rows_apart(x, t, res=None):
+        y = torch.bmm(x.unsqueeze(1), t.expand(x.shape[0], -1, -1)).squeeze(1)
+        y = y if res is None else y + res
+        return y * (1 + 1e-6) if x.shape[0] < 3 else y
+
+    monkeypatch.setattr(LN, "_rows_bmm", few_rows_apart)
+    monkeypatch.setattr(LN, "_ROWS", {})
+    t, x = torch.randn(40, 12), torch.randn(16, 40)
+    full = LN.rows_mm(x, t)
+    assert rowinv.CHOSEN[("rows_mm", 40, 12, False)].path in ("bmm>=4", "bmm>=8", "bmm>=16", "rowwise")
+    assert all(torch.equal(LN.rows_mm(x[:k], t), full[:k]) for k in range(1, 17))
+
+
+def test_attention_pads_past_an_injected_few_row_kernel(monkeypatch):
+    """attend over a kernel that sums otherwise at one or two query rows: the probe picks padding
+    to four rows at least (more where this machine's own kernel needs it), and each row's bits
+    then match the 16-row call's."""
+    from bildlib.models import lean_common as LC
+
+    real, order = LC._attend, list(rowinv.paths(LC._attend))
+    monkeypatch.setattr(LC, "_ATTEND", {})
+    LC.attend(torch.randn(2, 1, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8), None)  # this machine's own
+    here = order.index(rowinv.CHOSEN[("attention", "float32", 2, 8, "no bias")].path)
+
+    def two_rows_apart(q, k, v, bias):
+        a = real(q, k, v, bias)
+        return a * (1 + 1e-6) if q.shape[1] <= 2 else a
+
+    monkeypatch.setattr(LC, "_attend", two_rows_apart)
+    monkeypatch.setattr(LC, "_ATTEND", {})
+    q, k = torch.randn(2, 16, 8), torch.randn(2, 30, 8)
+    full = LC.attend(q, k, k, None)
+    assert rowinv.CHOSEN[("attention", "float32", 2, 8, "no bias")].path == order[max(here, 2)]  # bmm>=4
+    assert all(torch.equal(LC.attend(q[:, :n], k, k, None), full[:, :n]) for n in range(1, 17))
+
+
+def shipped_large(dtype: str):
+    from bildlib.models import LM
+
+    if not (LARGE / "model.safetensors").is_file():
+        pytest.skip("the shipped pair is not trained (make models)")
+    return LM.from_pretrained(str(LARGE), dtype=dtype, engine="lean")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_engine_chosen_paths_are_row_invariant_here(dtype, multi30k_dir):
+    """On the machine running the tests: every product the lean engine chose for the shipped large
+    is row-invariant (probed again here), and a decoder call over k tokens gives each token the
+    logits, bit for bit, of the same tokens fed one at a time (what lossless BiLD rests on)."""
+    lm = shipped_large(dtype)
+    impl = lm.impl
+    for block in [{"lm": impl.lm, "lm_l": impl.lm_l}, *impl.enc, *impl.dec]:
+        for name, p in block.items():
+            if name.endswith("_l"):  # a product over the weight block[name[:-2]] (out, in)
+                assert rowinv.probe(p, block[name[:-2]].shape[1], impl.dtype) == [], (name, type(p).__name__)
+    src = lm.encode("Zwei junge Männer spielen auf einer Wiese Fußball, und ein Hund sieht zu.")
+    tokens = [0, *lm.encode("Two young men are playing soccer on a field")[:-1]]
+    for k in (2, 5, 11):
+        lm.start(src)
+        one = torch.cat([lm.forward([t]) for t in tokens])  # vanilla's one-token calls
+        lm.start(src)
+        lm.forward(tokens[:1])
+        rows = [lm.forward(tokens[i : i + k]) for i in range(1, len(tokens), k)]  # BiLD's k-token checks
+        assert torch.equal(torch.cat(rows), one[1:]), (dtype, k)
+    assert rowinv.summary()["row_invariant"] is True
+
+
+CHECK = """
+import json, torch
+torch.set_num_threads(2)
+from bildlib import decoding as D
+from bildlib.models import load_pair, rowinv
+p = "data/checkpoints/multi30k-"
+small, large = load_pair(p + "small-aligned", p + "large", dtype="bfloat16", engine="lean")
+texts = ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.", "Ein Boston Terrier läuft über "
+         "saftig-grünes Gras vor einem weißen Zaun.", "Ein Mädchen in einem Karateanzug bricht einen Stock."]
+same = [D.vanilla(large, small.encode(t))[0] == D.bild(small, large, small.encode(t), distance="exact")[0]
+        for t in texts]
+print(json.dumps(rowinv.summary() | {"same": same}))
+"""
+
+
+@pytest.mark.parametrize("cap", rowinv.caps()[1:], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_under_each_isa_cap_the_chosen_paths_are_invariant_and_lossless_is_exact(cap, multi30k_dir):
+    """Each ISA cap this CPU supports (oneDNN's, ATen's), in a fresh process: the engine's chosen
+    paths are row-invariant there and lossless BiLD equals vanilla greedy on three val sentences in
+    bf16 (make exactness runs all of val under each cap)."""
+    if not (LARGE / "model.safetensors").is_file():
+        pytest.skip("the shipped pair is not trained (make models)")
+    proc = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=os.environ | cap,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["row_invariant"] is True and all(got["same"]), got
+    assert all(f"{k}={v}" in got["isa"] for k, v in cap.items()), got["isa"]
