@@ -71,6 +71,44 @@ def test_compare_alternates_the_processes_and_resumes(multi30k_dir, converted, m
     assert ct2_bleu == pytest.approx(ours)  # the same greedy output, scored alike
 
 
+def test_each_engine_is_timed_at_its_fastest_thread_count(multi30k_dir, converted, models, monkeypatch):
+    """The thread probes: the options up to a count; bildlib's probe takes the fastest torch thread
+    count (a clock that makes 1 thread the faster here) and leaves torch's count as it was;
+    CTranslate2's starts a worker per option and returns one of them with its ms; compare runs
+    CTranslate2's worker at the count it is given, bildlib at its own."""
+    import torch
+
+    assert ct2peer.thread_options(1) == (1,) and ct2peer.thread_options(2) == (1, 2)
+    assert ct2peer.thread_options(6) == (1, 2, 4, 6)
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def decode(src):  # one sentence costs 3 units at 2 threads, 1 at 1
+        now[0] += 3.0 if torch.get_num_threads() == 2 else 1.0
+
+    before = torch.get_num_threads()
+    best, ms = ct2peer.torch_threads(decode, [1, 2, 3], (1, 2), clock=clock)
+    assert best == 1 and ms == {1: 1e3, 2: 3e3} and torch.get_num_threads() == before
+    lm = models.get("large")
+    toks = [lm.tok.convert_ids_to_tokens(lm.encode(s)) for s in data.load("multi30k", "val", 2).sources]
+    best, ms = ct2peer.ct2_threads(converted, toks, 64, (1, 2), rounds=1)
+    assert best in (1, 2) and set(ms) == {1, 2} and min(ms.values()) > 0 and ms[best] == min(ms.values())
+    started = []
+    real = ct2peer.Worker
+
+    class Spy(real):
+        def __init__(self, model_dir, threads):
+            started.append(threads)
+            super().__init__(model_dir, threads)
+
+    monkeypatch.setattr(ct2peer, "Worker", Spy)
+    ct2peer.compare(models, [X.vanilla("large")], data.load("multi30k", "val", 2), threads=2, block=2,
+                    warmup=0, progress=False, ct2_threads=1)  # fmt: skip
+    assert started == [1]
+
+
 def test_bad_arguments_and_a_missing_extra_are_named(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         ct2peer.converted(tmp_path)

@@ -110,12 +110,60 @@ class Worker:
         self.close()
 
 
+def thread_options(threads: int) -> tuple[int, ...]:
+    """The thread counts a probe tries with up to `threads` CPU threads: 1, 2, 4, ... and threads."""
+    return tuple(sorted({t for t in (1, 2, 4, 8, 16) if t <= threads} | {max(1, threads)}))
+
+
+def ct2_threads(model_dir: Path, sources: list[list[str]], max_len: int, options=(1, 2),
+                rounds: int = 2) -> tuple[int, dict[int, float]]:  # fmt: skip
+    """CTranslate2's fastest intra_threads on this machine: a worker process per option, one at a
+    time, each warmed on the first source, then timed over all of them; `rounds` rounds, the
+    options' order alternating. Returns (the fastest, {option: ms per sentence}). On an Intel Xeon
+    with 2 CPUs, 2 threads took about 4x the time of 1."""
+    total = dict.fromkeys(options, 0.0)
+    for r in range(rounds):
+        for t in options[:: 1 if r % 2 == 0 else -1]:
+            with Worker(model_dir, t) as w:
+                w.decode(sources[0], max_len)
+                total[t] += sum(w.decode(s, max_len)[1] for s in sources)
+    ms = {t: 1e3 * s / (rounds * len(sources)) for t, s in total.items()}
+    return min(ms, key=ms.get), ms
+
+
+def torch_threads(decode, sources: list, options=(1, 2), rounds: int = 2, clock=None) -> tuple[int, dict]:
+    """bildlib's fastest torch thread count here for decode(source) (vanilla large): in this
+    process, each option warmed on the first source and timed over all, options alternating per
+    round. Returns (the fastest, {option: ms per sentence}); torch's thread count is left as it was."""
+    import time
+
+    import torch
+
+    clock = clock or time.perf_counter
+    before, total = torch.get_num_threads(), dict.fromkeys(options, 0.0)
+    try:
+        for r in range(rounds):
+            for t in options[:: 1 if r % 2 == 0 else -1]:
+                torch.set_num_threads(t)
+                decode(sources[0])
+                for s in sources:
+                    t0 = clock()
+                    decode(s)
+                    total[t] += clock() - t0
+    finally:
+        torch.set_num_threads(before)
+    ms = {t: 1e3 * s / (rounds * len(sources)) for t, s in total.items()}
+    return min(ms, key=ms.get), ms
+
+
 def compare(models, configs, examples: data.Split, threads: int = 2, block: int = BLOCK, warmup: int = WARMUP,
-            partial: Path | None = None, progress: bool = True) -> pd.DataFrame:  # fmt: skip
+            partial: Path | None = None, progress: bool = True, ct2_threads: int | None = None
+            ) -> pd.DataFrame:  # fmt: skip
     """Rows (id, decoder, latency_s, output) of CTranslate2 greedy on the large checkpoint
     (decoder NAME) and of each experiments.Config in `configs` on `models` (an
-    experiments.Models), on the same examples, alternating in blocks of `block`. `partial`: a
-    parquet the finished blocks are kept in, so an interrupted run resumes there."""
+    experiments.Models), on the same examples, alternating in blocks of `block`; bildlib at
+    `threads` torch threads, CTranslate2 at `ct2_threads` intra threads (None: the same). `partial`:
+    a parquet the finished blocks are kept in, so an interrupted run resumes there."""
     import torch
 
     from bildlib.experiments import measure
@@ -128,7 +176,7 @@ def compare(models, configs, examples: data.Split, threads: int = 2, block: int 
     src = [lm.encode(p.prompt(s)) for s in examples.sources]
     rows = pd.read_parquet(partial).to_dict("records") if partial and partial.is_file() else []
     done = len({r["id"] for r in rows})
-    with Worker(convert(p.model("large")), threads) as w:
+    with Worker(convert(p.model("large")), ct2_threads or threads) as w:
 
         def ct2(i: int) -> tuple[str, float]:
             out, s = w.decode(tok.convert_ids_to_tokens(src[i]), p.max_new_tokens)

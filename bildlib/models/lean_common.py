@@ -74,7 +74,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     the number of rows: the path (_attend as is, padded to a few rows, or row by row) is probed
     once per process, dtype and head shape (models.rowinv); in float32 on an Intel Xeon with AMX,
     bmm's one- and two-row products sum in other orders than more rows'."""
-    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], bias is None)
+    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], bias is None, rowinv.FIRST_ONLY)
     f = _ATTEND.get(key)
     if f is None:
         f = _ATTEND[key] = _attend_path(key)
@@ -91,14 +91,14 @@ def _attend(q, k, v, bias) -> torch.Tensor:
     return torch.bmm(torch.softmax(s, -1), v)  # (H, k, dh)
 
 
-_ATTEND: dict[tuple, object] = {}  # (dtype, device, H, dh, no bias) -> the chosen path
+_ATTEND: dict[tuple, object] = {}  # (dtype, device, H, dh, no bias, rowinv.FIRST_ONLY) -> its path
 
 
 def _attend_path(key: tuple):
     """The first row-invariant path of _attend at this key, probed over 1 to 41 keys (a decoder
     starts at one; on an Intel Xeon float32 kernels summed otherwise below four keys): a query
     row's (H, dh) query and (H, n) bias are one (H dh + H n) row of the probe."""
-    dtype, device, H, dh, no_bias = key
+    dtype, device, H, dh, no_bias, _ = key
     g = torch.Generator().manual_seed(1)
     keys = (1, 2, 3, 5, 8, 13, 20, 41)
     kvs = [torch.randn(2, H, n, dh, generator=g).to(device=device, dtype=dtype) for n in keys]

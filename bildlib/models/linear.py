@@ -121,7 +121,8 @@ def rows_mm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -
     kernel treats one row apart, or one call per row. Where m is not a multiple of 4, output rows
     start off 16-byte boundaries and some rows' bits changed on this project's CPUs, so the engine
     pads its folded cross-attention to such widths."""
-    key = (x.shape[1], t.shape[1], res is not None and (res.shape[0] != 1 or x.shape[0] == 1), x.device.type)
+    per_row = res is not None and (res.shape[0] != 1 or x.shape[0] == 1)
+    key = (x.shape[1], t.shape[1], per_row, x.device.type, rowinv.FIRST_ONLY)
     f = _ROWS.get(key)
     if f is None:
         f = _ROWS[key] = _rows_path(key, t, res)
@@ -136,7 +137,7 @@ def _rows_bmm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None)
     return torch.baddbmm(res.unsqueeze(1), x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
 
 
-_ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device) -> the chosen path
+_ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device, rowinv.FIRST_ONLY) -> the chosen path
 
 
 def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):

@@ -24,6 +24,7 @@ exact (decoding.bild).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -112,7 +113,7 @@ class Choice:
 
 CHOSEN: dict[tuple, Choice] = {}  # (kind, *shape key) -> Choice, for this process
 NOT_INVARIANT: set[tuple] = set()  # the keys of CHOSEN where no path was invariant
-FIRST_ONLY = False  # take each product's fastest path unprobed (bench.exactness --paths first)
+FIRST_ONLY = False  # take each product's fastest path unprobed (first_only)
 
 
 def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callable[[Callable], bool]):
@@ -120,8 +121,7 @@ def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callab
     remembered under (kind, *key); if none is, the first, recorded as not invariant and logged.
     Returns (name, path)."""
     names = list(candidates)
-    if FIRST_ONLY:  # today's engine before the probe, for bench.exactness's cost column
-        CHOSEN[(kind, *key)] = Choice(kind, names[0], True, ())
+    if FIRST_ONLY:  # the engine before the probe (bench.exactness's cost): nothing probed or recorded
         return names[0], candidates[names[0]]
     for i, name in enumerate(names):
         if check(candidates[name]):
@@ -135,6 +135,20 @@ def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callab
     CHOSEN[(kind, *key)] = Choice(kind, names[0], False, tuple(names))
     NOT_INVARIANT.add((kind, *key))
     return names[0], candidates[names[0]]
+
+
+@contextlib.contextmanager
+def first_only():
+    """Inside: each product takes its fastest path unprobed, as the engine did before it probed
+    (bench.exactness times the two engines against each other in one process). Engines built
+    inside keep their linear products; rows_mm and attention choose at each call, so an engine's
+    calls run inside too."""
+    global FIRST_ONLY
+    before, FIRST_ONLY = FIRST_ONLY, True
+    try:
+        yield
+    finally:
+        FIRST_ONLY = before
 
 
 _LOGGED: set[tuple[str, int]] = set()

@@ -142,10 +142,19 @@ def ct2(root: Path, f: str = "figures/peers/val") -> str:
     rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", ci(r, "vs_ct2", ".2f", "×"),
              ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
     return (f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
-            f"({c['cpu']}), {c['threads']} threads, CTranslate2 {c['ctranslate2']}; each engine in its own "
+            f"({c['cpu']}), {_threads(c)}, CTranslate2 {c['ctranslate2']}; each engine in its own "
             f"process, alternated in blocks of {c['block']} sentences; `{c['signature']}`.*\n\n" + lead
             + md_table(["decoder", "BLEU", "ms / sentence", "time vs CTranslate2 greedy [95 %]",
                       "speedup vs vanilla large [95 %]"], rows))  # fmt: skip
+
+
+def _threads(c: dict) -> str:
+    """The thread counts a ct2 run timed each engine at: each engine's fastest, from a probe, in
+    runs that made one; one count for both in earlier runs."""
+    if "ct2 threads" not in c:
+        return f"{c['threads']} threads each"
+    return (f"bildlib at {c['threads']} threads and CTranslate2 at {c['ct2 threads']}, each its fastest "
+            f"({c['thread probe']})")
 
 
 def ct2_fp32(root: Path) -> str:
