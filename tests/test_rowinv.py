@@ -133,6 +133,31 @@ def test_attention_pads_past_an_injected_few_row_kernel(monkeypatch):
     assert all(torch.equal(LC.attend(q[:, :n], k, k, None), full[:, :n]) for n in range(1, 17))
 
 
+def test_causal_attention_refuses_a_kernel_that_sums_masked_keys_otherwise(monkeypatch):
+    """attend_causal over an attention whose result depends on how many keys it sums, masked ones
+    included (as bf16 attention did on an Intel Xeon): the probe refuses the one-call path, and
+    each row of a k-token call then equals the one-row call over exactly its keys."""
+    from bildlib.models import lean_common as LC
+
+    real = LC.attend
+
+    def by_key_count(q, k, v, bias):
+        return real(q, k, v, bias) * (1 + 1e-3 * (k.shape[1] % 3))
+
+    monkeypatch.setattr(LC, "attend", by_key_count)
+    monkeypatch.setattr(LC, "_CAUSAL", {})
+    H, dh, pos, kq = 2, 8, 5, 6
+    q, k, v = torch.randn(H, kq, dh), torch.randn(H, pos + kq, dh), torch.randn(H, pos + kq, dh)
+    bias = torch.zeros(H, kq, pos + kq).masked_fill(torch.ones(kq, pos + kq, dtype=torch.bool).triu(pos + 1),
+                                                    torch.finfo(torch.float32).min)  # fmt: skip
+    got = LC.attend_causal(q, k, v, bias)
+    assert rowinv.CHOSEN[("attention", "float32", H, dh, "causal")].path == "per-row"
+    for j in range(kq):
+        n = pos + j + 1
+        alone = by_key_count(q[:, j : j + 1], k[:, :n], v[:, :n], bias[:, j : j + 1, :n])
+        assert torch.equal(got[:, j : j + 1], alone)
+
+
 def shipped_large(dtype: str):
     from bildlib.models import LM
 
@@ -153,8 +178,9 @@ def test_the_engine_chosen_paths_are_row_invariant_here(dtype, multi30k_dir):
             if name.endswith("_l"):  # a product over the weight block[name[:-2]] (out, in)
                 assert rowinv.probe(p, block[name[:-2]].shape[1], impl.dtype) == [], (name, type(p).__name__)
     src = lm.encode("Zwei junge Männer spielen auf einer Wiese Fußball, und ein Hund sieht zu.")
-    tokens = [0, *lm.encode("Two young men are playing soccer on a field")[:-1]]
-    for k in (2, 5, 11):
+    out = "Two young men are playing soccer on a field while a brown dog watches them"
+    tokens = [0, *lm.encode(out)[:-1]]
+    for k in (2, 3, 5, 8, 11, 16):
         lm.start(src)
         one = torch.cat([lm.forward([t]) for t in tokens])  # vanilla's one-token calls
         lm.start(src)
@@ -192,3 +218,31 @@ def test_under_each_isa_cap_the_chosen_paths_are_invariant_and_lossless_is_exact
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["row_invariant"] is True and all(got["same"]), got
     assert all(f"{k}={v}" in got["isa"] for k, v in cap.items()), got["isa"]
+
+
+def test_exactness_rows_resume_and_render(tmp_path, monkeypatch):
+    """bench.exactness keeps one row per CPU, ISA, dtype, n and code state (a rerun replaces it, a
+    recorded run is skipped), and reports.exactness renders every row, a run that was not
+    invariant marked, and refuses a CSV without its columns, naming it."""
+    from bildlib.analysis.tables import ReportError
+    from bildlib.bench import exactness as E
+    from bildlib.reports import exactness as R
+
+    monkeypatch.setattr("bildlib.notebook.code_state", lambda: "abc")
+    out = tmp_path / "figures" / "exactness"
+    row = E._row("bfloat16", 3, 2) | {"differ": 0, "first_differing": None, "row_invariant": True,
+                                      "products": "linear Packed", "vanilla_ms": 1.0}  # fmt: skip
+    assert not E.done(3, "bfloat16", out / "exactness.csv")
+    E.record([row], out / "exactness.csv")
+    E.record([row | {"differ": 2}], out / "exactness.csv")  # the same run again: replaced
+    capped = row | {"isa": row["isa"] + ", ONEDNN_MAX_CPU_ISA=AVX2", "row_invariant": False, "differ": 1}
+    E.record([capped], out / "exactness.csv")
+    assert E.done(3, "bfloat16", out / "exactness.csv") and not E.done(3, "float32", out / "exactness.csv")
+    text = R.block(tmp_path)
+    assert "2 of 3" in text and "1 of 3" in text and "0 of 3" not in text
+    assert "`ONEDNN_MAX_CPU_ISA=AVX2`" in text and "**no**" in text and "code state `abc`" in text
+    import pandas as pd
+
+    pd.read_csv(out / "exactness.csv").drop(columns="differ").to_csv(out / "exactness.csv", index=False)
+    with pytest.raises(ReportError, match="differ"):
+        R.block(tmp_path)

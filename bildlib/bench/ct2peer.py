@@ -10,6 +10,7 @@ Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines.md.
 
     python -m bildlib.bench.ct2peer convert data/checkpoints/multi30k-large    # make ct2
     python -m bildlib.bench.ct2peer steps      # its decoder step on the shipped pair, as callbench's
+    python -m bildlib.bench.ct2peer threads    # each engine's ms per sentence at 1 and 2 threads here
 """
 
 from __future__ import annotations
@@ -260,10 +261,25 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("paths", nargs="+")
     s = sub.add_parser("steps", help="CTranslate2's decoder step on the shipped pair (first val sentence)")
     s.add_argument("--threads", type=int, default=2)
+    t = sub.add_parser("threads", help="each engine's fastest thread count here (the probe make bench runs)")
+    t.add_argument("--threads", type=int, default=2, help="the most threads tried")
+    t.add_argument("--n", type=int, default=8, help="val sentences timed per thread count and round")
     a = ap.parse_args(argv)
     if a.cmd == "convert":
         for path in a.paths:
             print(repo_relative(convert(path)))
+        return
+    if a.cmd == "threads":
+        from bildlib import experiments as X
+        from bildlib.bench.peers import probe_threads
+        from bildlib.experiments import presets
+
+        models = X.Models(presets.get("multi30k"), "cpu", "default")
+        bl_t, bl_ms, ct_t, ct_ms = probe_threads(models, data.load("multi30k", "val", a.n), a.threads)
+        engines = (("bildlib vanilla large", bl_t, bl_ms), (NAME, ct_t, ct_ms))
+        rows = [{"engine": e, "threads": t, "ms": ms, "fastest": t == best}
+                for e, best, d in engines for t, ms in d.items()]  # fmt: skip
+        print(pd.DataFrame(rows).round(1).to_string(index=False))
         return
     from transformers import AutoTokenizer
 

@@ -74,11 +74,63 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     the number of rows: the path (_attend as is, padded to a few rows, or row by row) is probed
     once per process, dtype and head shape (models.rowinv); in float32 on an Intel Xeon with AMX,
     bmm's one- and two-row products sum in other orders than more rows'."""
-    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], bias is None, rowinv.FIRST_ONLY)
+    H, dh, threads = q.shape[0], q.shape[2], torch.get_num_threads()
+    key = (q.dtype, q.device.type, H, dh, bias is None, rowinv.FIRST_ONLY, threads)
     f = _ATTEND.get(key)
     if f is None:
         f = _ATTEND[key] = _attend_path(key)
     return f(q, k, v, bias)
+
+
+def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A decoder's self-attention for a call of k new tokens: q (H, k, dh) over the n cached keys
+    and values (H, n, dh), the last k of them this call's, bias (H, k, n) causal (finfo.min past
+    each row's position). A row's result must not depend on the keys masked after it: vanilla
+    decoding gives the row exactly its keys, a k-token call gives it n keys, the later ones
+    masked. On an Intel Xeon with AMX, bf16 attention over masked trailing keys summed otherwise
+    (lossless BiLD then differed from vanilla on 1 of 1,014 val sentences). So the path is probed
+    (once per process, dtype and head shape, models.rowinv): "masked", the k rows in one call,
+    or "per-row", row j alone over its own n - k + j + 1 keys, the very call vanilla makes there."""
+    kq = q.shape[1]
+    if kq == 1:
+        return attend(q, k, v, bias)
+    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], rowinv.FIRST_ONLY, torch.get_num_threads())
+    f = _CAUSAL.get(key)
+    if f is None:
+        f = _CAUSAL[key] = _causal_path(key)
+    return f(q, k, v, bias)
+
+
+def _per_row(q, k, v, bias) -> torch.Tensor:
+    """attend_causal one query row at a time, each over exactly its own keys."""
+    kq, n = q.shape[1], k.shape[1]
+    return torch.cat([attend(q[:, j : j + 1], k[:, : n - kq + j + 1], v[:, : n - kq + j + 1],
+                             bias[:, j : j + 1, : n - kq + j + 1]) for j in range(kq)], 1)  # fmt: skip
+
+
+_CAUSAL: dict[tuple, object] = {}  # (dtype, device, H, dh, rowinv.FIRST_ONLY, threads) -> its path
+
+
+def _causal_path(key: tuple):
+    """The first path of attend_causal ("masked", then "per-row") whose rows equal, bit for bit,
+    one-row calls over exactly their keys, for calls of 2 to 16 tokens after 0, 7 and 30 cached."""
+    dtype, device, H, dh, *_ = key
+    g = torch.Generator().manual_seed(2)
+
+    def check(f) -> bool:
+        for pos in (0, 7, 30):
+            for kq in range(2, rowinv.ROWS + 1):
+                n = pos + kq
+                q, k, v = (torch.randn(H, m, dh, generator=g).to(device, dtype) for m in (kq, n, n))
+                b = torch.randn(H, kq, n, generator=g).to(device=device, dtype=dtype)
+                b = b.masked_fill(torch.ones(kq, n, dtype=torch.bool, device=device).triu(pos + 1),
+                                  torch.finfo(dtype).min)  # fmt: skip
+                if not torch.equal(f(q, k, v, b), _per_row(q, k, v, b)):
+                    return False
+        return True
+
+    label = (str(dtype).removeprefix("torch."), H, dh, "causal")
+    return rowinv.choose("attention", label, {"masked": attend, "per-row": _per_row}, check)[1]
 
 
 def _attend(q, k, v, bias) -> torch.Tensor:
@@ -91,14 +143,14 @@ def _attend(q, k, v, bias) -> torch.Tensor:
     return torch.bmm(torch.softmax(s, -1), v)  # (H, k, dh)
 
 
-_ATTEND: dict[tuple, object] = {}  # (dtype, device, H, dh, no bias, rowinv.FIRST_ONLY) -> its path
+_ATTEND: dict[tuple, object] = {}  # (dtype, device, H, dh, no bias, rowinv.FIRST_ONLY, threads) -> its path
 
 
 def _attend_path(key: tuple):
     """The first row-invariant path of _attend at this key, probed over 1 to 41 keys (a decoder
     starts at one; on an Intel Xeon float32 kernels summed otherwise below four keys): a query
     row's (H, dh) query and (H, n) bias are one (H dh + H n) row of the probe."""
-    dtype, device, H, dh, no_bias, _ = key
+    dtype, device, H, dh, no_bias, *_ = key
     g = torch.Generator().manual_seed(1)
     keys = (1, 2, 3, 5, 8, 13, 20, 41)
     kvs = [torch.randn(2, H, n, dh, generator=g).to(device=device, dtype=dtype) for n in keys]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bildlib.models.lean_common import Buffers, act_fn, attend, fuse, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, fuse, rms
 from bildlib.models.linear import linear, rows_mm
 
 
@@ -153,7 +153,7 @@ class LeanT5:
         if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
         else:  # write this call's keys and values, attend to the whole prefix
-            a = attend(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias)  # (H, k, dh)
+            a = attend_causal(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias)  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
         if i is not None:
             x = self._cross(x, i)

@@ -64,7 +64,8 @@ _INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype) -> probed row-invari
 
 
 def _invariant(cls, w: torch.Tensor) -> bool:
-    """Whether cls's product, relu and residual add over w are row-invariant here (rowinv.probe).
+    """Whether cls's product, relu and residual add over w are row-invariant here (rowinv.probe),
+    at one thread and at this process's count (the object outlives a change of thread count).
     A product this machine cannot run counts as not invariant: under ONEDNN_MAX_CPU_ISA=AVX2,
     oneDNN refuses to pack a bf16 weight ("bf16 path needs the cpu support ...")."""
     key = (cls, tuple(w.shape), w.dtype)
@@ -73,8 +74,9 @@ def _invariant(cls, w: torch.Tensor) -> bool:
         try:
             p = Int8(*w._bild_int8) if cls is Int8 else cls(w)
             add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
-            _INVARIANT[key] = not (rowinv.probe(p, n, w.dtype) or rowinv.probe(p.relu, n, w.dtype)
-                                   or rowinv.probe(add, n + out, w.dtype))  # fmt: skip
+            _INVARIANT[key] = rowinv.each_thread_count(
+                lambda: not (rowinv.probe(p, n, w.dtype) or rowinv.probe(p.relu, n, w.dtype)
+                             or rowinv.probe(add, n + out, w.dtype)))  # fmt: skip
         except (RuntimeError, NotImplementedError) as e:
             rowinv.log.info("linear %s %s: %s unavailable (%s)", tuple(w.shape), w.dtype, cls.__name__, e)
             _INVARIANT[key] = False
@@ -122,7 +124,7 @@ def rows_mm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -
     start off 16-byte boundaries and some rows' bits changed on this project's CPUs, so the engine
     pads its folded cross-attention to such widths."""
     per_row = res is not None and (res.shape[0] != 1 or x.shape[0] == 1)
-    key = (x.shape[1], t.shape[1], per_row, x.device.type, rowinv.FIRST_ONLY)
+    key = (x.shape[1], t.shape[1], per_row, x.device.type, rowinv.FIRST_ONLY, torch.get_num_threads())
     f = _ROWS.get(key)
     if f is None:
         f = _ROWS[key] = _rows_path(key, t, res)
@@ -137,7 +139,7 @@ def _rows_bmm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None)
     return torch.baddbmm(res.unsqueeze(1), x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
 
 
-_ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device, rowinv.FIRST_ONLY) -> the chosen path
+_ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device, rowinv.FIRST_ONLY, threads) -> its path
 
 
 def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):

@@ -9,8 +9,10 @@ product (gemv) sums in another order, and float32 attention's bmm differs at one
 
 So the engine measures it. `probe` runs a product on 1..16 rows against one 16-row call, with the
 rows starting on and off 16-byte boundaries; `choose` takes the first path, fastest first, that
-`probe` finds invariant, once per process and shape, and logs a fallback. The paths, for a
-product over rows:
+`probe` finds invariant, once per process, shape and thread count, and logs a fallback. (A
+decoder's self-attention must also give a row the same bits whether the keys after it are absent,
+as in vanilla's steps, or masked, as in a longer call: models.lean_common.attend_causal probes
+that.) The paths, for a product over rows:
 - "bmm": the kernel as it is (for models.linear.rows_mm: a batch of one-row products);
 - "bmm>=R" (R = 2, 4, 8, 16): the same kernel with the call padded to at least R rows, which keeps
   a kernel's few-row special case (gemv at one row) out of the way;
@@ -101,6 +103,21 @@ def paths(f: Callable, dim: int = 0, rowed: tuple[int, ...] = (0,)) -> dict[str,
     """The family of paths of a product f over rows, fastest first (module docstring)."""
     out = {("bmm" if R == 1 else f"bmm>={R}"): at_least(f, R, dim, rowed) for R in PADS}
     return out | {"rowwise": rowwise(f, dim, rowed)}
+
+
+def each_thread_count(check: Callable[[], bool]) -> bool:
+    """check() at one torch thread and at this process's count (kernels pick other blockings by
+    thread count: on an Intel Xeon, rows_mm's one-row product agreed with several at one thread,
+    not at two); torch's count is left as it was."""
+    now = torch.get_num_threads()
+    try:
+        for t in sorted({1, now}):
+            torch.set_num_threads(t)
+            if not check():
+                return False
+        return True
+    finally:
+        torch.set_num_threads(now)
 
 
 @dataclass(frozen=True)
