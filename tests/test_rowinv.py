@@ -139,12 +139,13 @@ def test_causal_attention_refuses_a_kernel_that_sums_masked_keys_otherwise(monke
     each row of a k-token call then equals the one-row call over exactly its keys."""
     from bildlib.models import lean_common as LC
 
-    real = LC.attend
+    real = LC._attend
 
     def by_key_count(q, k, v, bias):
         return real(q, k, v, bias) * (1 + 1e-3 * (k.shape[1] % 3))
 
-    monkeypatch.setattr(LC, "attend", by_key_count)
+    monkeypatch.setattr(LC, "_attend", by_key_count)
+    monkeypatch.setattr(LC, "_ATTEND", {})
     monkeypatch.setattr(LC, "_CAUSAL", {})
     H, dh, pos, kq = 2, 8, 5, 6
     q, k, v = torch.randn(H, kq, dh), torch.randn(H, pos + kq, dh), torch.randn(H, pos + kq, dh)

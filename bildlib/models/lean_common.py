@@ -89,11 +89,10 @@ def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     decoding gives the row exactly its keys, a k-token call gives it n keys, the later ones
     masked. On an Intel Xeon with AMX, bf16 attention over masked trailing keys summed otherwise
     (lossless BiLD then differed from vanilla on 1 of 1,014 val sentences). So the path is probed
-    (once per process, dtype and head shape, models.rowinv): "masked", the k rows in one call,
-    or "per-row", row j alone over its own n - k + j + 1 keys, the very call vanilla makes there."""
-    kq = q.shape[1]
-    if kq == 1:
-        return attend(q, k, v, bias)
+    (once per process, dtype, head shape and thread count; models.rowinv): "masked", the k rows
+    in one call (attend), or "per-row", row j alone over its own n - k + j + 1 keys, the very call
+    vanilla's one-token step makes there. Per-row, every call has one query row, so it runs
+    _attend as it is: attend's padding to more rows (float32 on the Intel Xeon) would only cost."""
     key = (q.dtype, q.device.type, q.shape[0], q.shape[2], rowinv.FIRST_ONLY, torch.get_num_threads())
     f = _CAUSAL.get(key)
     if f is None:
@@ -102,10 +101,12 @@ def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
 
 
 def _per_row(q, k, v, bias) -> torch.Tensor:
-    """attend_causal one query row at a time, each over exactly its own keys."""
+    """attend_causal one query row at a time, each over exactly its own keys (_attend as it is)."""
     kq, n = q.shape[1], k.shape[1]
-    return torch.cat([attend(q[:, j : j + 1], k[:, : n - kq + j + 1], v[:, : n - kq + j + 1],
-                             bias[:, j : j + 1, : n - kq + j + 1]) for j in range(kq)], 1)  # fmt: skip
+    if kq == 1:  # vanilla's step
+        return _attend(q, k, v, bias)
+    return torch.cat([_attend(q[:, j : j + 1], k[:, : n - kq + j + 1], v[:, : n - kq + j + 1],
+                              bias[:, j : j + 1, : n - kq + j + 1]) for j in range(kq)], 1)  # fmt: skip
 
 
 _CAUSAL: dict[tuple, object] = {}  # (dtype, device, H, dh, rowinv.FIRST_ONLY, threads) -> its path
@@ -113,13 +114,13 @@ _CAUSAL: dict[tuple, object] = {}  # (dtype, device, H, dh, rowinv.FIRST_ONLY, t
 
 def _causal_path(key: tuple):
     """The first path of attend_causal ("masked", then "per-row") whose rows equal, bit for bit,
-    one-row calls over exactly their keys, for calls of 2 to 16 tokens after 0, 7 and 30 cached."""
+    one-row calls over exactly their keys, for calls of 1 to 16 tokens after 0, 7 and 30 cached."""
     dtype, device, H, dh, *_ = key
     g = torch.Generator().manual_seed(2)
 
     def check(f) -> bool:
         for pos in (0, 7, 30):
-            for kq in range(2, rowinv.ROWS + 1):
+            for kq in range(1, rowinv.ROWS + 1):
                 n = pos + kq
                 q, k, v = (torch.randn(H, m, dh, generator=g).to(device, dtype) for m in (kq, n, n))
                 b = torch.randn(H, kq, n, generator=g).to(device=device, dtype=dtype)
