@@ -240,7 +240,7 @@ def test_exactness_rows_resume_and_render(tmp_path, monkeypatch):
     E.record([capped], out / "exactness.csv")
     assert E.done(3, "bfloat16", out / "exactness.csv") and not E.done(3, "float32", out / "exactness.csv")
     text = R.block(tmp_path)
-    assert "2 of 3" in text and "1 of 3" in text and "0 of 3" not in text
+    assert "**2 of 3**" in text and "**1 of 3**" in text and "0 of 3" not in text
     assert "`ONEDNN_MAX_CPU_ISA=AVX2`" in text and "**no**" in text and "code state `abc`" in text
     import pandas as pd
 
