@@ -9,6 +9,7 @@ import pytest
 from bildlib import data
 from bildlib import experiments as X
 from bildlib.bench import ct2peer
+from bildlib.bench import threads as TH
 from bildlib.decoding import vanilla
 from bildlib.experiments import presets
 from conftest import REPO
@@ -78,8 +79,8 @@ def test_each_engine_is_timed_at_its_fastest_thread_count(multi30k_dir, converte
     CTranslate2's worker at the count it is given, bildlib at its own."""
     import torch
 
-    assert ct2peer.thread_options(1) == (1,) and ct2peer.thread_options(2) == (1, 2)
-    assert ct2peer.thread_options(6) == (1, 2, 4, 6)
+    assert TH.thread_options(1) == (1,) and TH.thread_options(2) == (1, 2)
+    assert TH.thread_options(6) == (1, 2, 4, 6)
     now = [0.0]
 
     def clock():
@@ -89,11 +90,11 @@ def test_each_engine_is_timed_at_its_fastest_thread_count(multi30k_dir, converte
         now[0] += 3.0 if torch.get_num_threads() == 2 else 1.0
 
     before = torch.get_num_threads()
-    best, ms = ct2peer.torch_threads(decode, [1, 2, 3], (1, 2), clock=clock)
+    best, ms = TH.torch_threads(decode, [1, 2, 3], (1, 2), clock=clock)
     assert best == 1 and ms == {1: 1e3, 2: 3e3} and torch.get_num_threads() == before
     lm = models.get("large")
     toks = [lm.tok.convert_ids_to_tokens(lm.encode(s)) for s in data.load("multi30k", "val", 2).sources]
-    best, ms = ct2peer.ct2_threads(converted, toks, 64, (1, 2), rounds=1)
+    best, ms = TH.ct2_threads(converted, toks, 64, (1, 2), rounds=1)
     assert best in (1, 2) and set(ms) == {1, 2} and min(ms.values()) > 0 and ms[best] == min(ms.values())
     started = []
     real = ct2peer.Worker

@@ -10,7 +10,6 @@ Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines.md.
 
     python -m bildlib.bench.ct2peer convert data/checkpoints/multi30k-large    # make ct2
     python -m bildlib.bench.ct2peer steps      # its decoder step on the shipped pair, as callbench's
-    python -m bildlib.bench.ct2peer threads    # each engine's ms per sentence at 1 and 2 threads here
 """
 
 from __future__ import annotations
@@ -109,52 +108,6 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def thread_options(threads: int) -> tuple[int, ...]:
-    """The thread counts a probe tries with up to `threads` CPU threads: 1, 2, 4, ... and threads."""
-    return tuple(sorted({t for t in (1, 2, 4, 8, 16) if t <= threads} | {max(1, threads)}))
-
-
-def ct2_threads(model_dir: Path, sources: list[list[str]], max_len: int, options=(1, 2),
-                rounds: int = 2) -> tuple[int, dict[int, float]]:  # fmt: skip
-    """CTranslate2's fastest intra_threads on this machine: a worker process per option, one at a
-    time, each warmed on the first source, then timed over all of them; `rounds` rounds, the
-    options' order alternating. Returns (the fastest, {option: ms per sentence}). On an Intel Xeon
-    with 2 CPUs, 2 threads took about 4x the time of 1."""
-    total = dict.fromkeys(options, 0.0)
-    for r in range(rounds):
-        for t in options[:: 1 if r % 2 == 0 else -1]:
-            with Worker(model_dir, t) as w:
-                w.decode(sources[0], max_len)
-                total[t] += sum(w.decode(s, max_len)[1] for s in sources)
-    ms = {t: 1e3 * s / (rounds * len(sources)) for t, s in total.items()}
-    return min(ms, key=ms.get), ms
-
-
-def torch_threads(decode, sources: list, options=(1, 2), rounds: int = 2, clock=None) -> tuple[int, dict]:
-    """bildlib's fastest torch thread count here for decode(source) (vanilla large): in this
-    process, each option warmed on the first source and timed over all, options alternating per
-    round. Returns (the fastest, {option: ms per sentence}); torch's thread count is left as it was."""
-    import time
-
-    import torch
-
-    clock = clock or time.perf_counter
-    before, total = torch.get_num_threads(), dict.fromkeys(options, 0.0)
-    try:
-        for r in range(rounds):
-            for t in options[:: 1 if r % 2 == 0 else -1]:
-                torch.set_num_threads(t)
-                decode(sources[0])
-                for s in sources:
-                    t0 = clock()
-                    decode(s)
-                    total[t] += clock() - t0
-    finally:
-        torch.set_num_threads(before)
-    ms = {t: 1e3 * s / (rounds * len(sources)) for t, s in total.items()}
-    return min(ms, key=ms.get), ms
 
 
 def compare(models, configs, examples: data.Split, threads: int = 2, block: int = BLOCK, warmup: int = WARMUP,
@@ -261,25 +214,10 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("paths", nargs="+")
     s = sub.add_parser("steps", help="CTranslate2's decoder step on the shipped pair (first val sentence)")
     s.add_argument("--threads", type=int, default=2)
-    t = sub.add_parser("threads", help="each engine's fastest thread count here (the probe make bench runs)")
-    t.add_argument("--threads", type=int, default=2, help="the most threads tried")
-    t.add_argument("--n", type=int, default=8, help="val sentences timed per thread count and round")
     a = ap.parse_args(argv)
     if a.cmd == "convert":
         for path in a.paths:
             print(repo_relative(convert(path)))
-        return
-    if a.cmd == "threads":
-        from bildlib import experiments as X
-        from bildlib.bench.peers import probe_threads
-        from bildlib.experiments import presets
-
-        models = X.Models(presets.get("multi30k"), "cpu", "default")
-        bl_t, bl_ms, ct_t, ct_ms = probe_threads(models, data.load("multi30k", "val", a.n), a.threads)
-        engines = (("bildlib vanilla large", bl_t, bl_ms), (NAME, ct_t, ct_ms))
-        rows = [{"engine": e, "threads": t, "ms": ms, "fastest": t == best}
-                for e, best, d in engines for t, ms in d.items()]  # fmt: skip
-        print(pd.DataFrame(rows).round(1).to_string(index=False))
         return
     from transformers import AutoTokenizer
 

@@ -126,34 +126,13 @@ def calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-PROBE = 8  # sentences each thread count of each engine is timed on before the comparison
-
-
-def probe_threads(models, ex, threads: int) -> tuple[int, dict, int, dict]:
-    """(bildlib's fastest torch threads, their ms, CTranslate2's fastest intra threads, their ms)
-    on the first PROBE sentences of ex: bildlib's vanilla large in this process, CTranslate2 in a
-    worker process per option (bildlib.bench.ct2peer.torch_threads, ct2_threads)."""
-    from bildlib.bench import ct2peer
-    from bildlib.experiments import measure
-
-    lm, p = models.get("large"), models.preset
-    src = [lm.encode(p.prompt(s)) for s in ex.sources[:PROBE]]
-    opts = ct2peer.thread_options(threads)
-    base = X.vanilla("large")
-    decode = lambda x: measure.decode(base, models, x, p.max_new_tokens)  # noqa: E731
-    bl_t, bl_ms = ct2peer.torch_threads(decode, src, opts)
-    toks = [lm.tok.convert_ids_to_tokens(x) for x in src]
-    ct_t, ct_ms = ct2peer.ct2_threads(ct2peer.convert(p.model("large")), toks, p.max_new_tokens, opts)
-    return bl_t, bl_ms, ct_t, ct_ms
-
-
 def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str, n_examples: int,
                device: str, dtype: str, engine: str, threads: int, out, checkpoints: dict | None = None,
                ) -> pd.DataFrame:  # fmt: skip
     """CTranslate2 greedy on the large checkpoint against vanilla large and the headline BiLD
     rows of `head` (peers.table) that ran on the run's engine, on the same `n_examples`, each
     engine in its own process, alternated (bildlib.bench.ct2peer), each at its fastest thread count
-    of at most `threads` (a short probe of each on the first PROBE sentences, recorded in the
+    of at most `threads` (a short probe of each, bench.threads.probe_threads, recorded in the
     checks: CTranslate2's OpenMP runtime and torch's scale differently per CPU). Writes
     <out>/ct2.csv (one row per decoder: score, ms, time relative to CTranslate2 with its 95 %
     interval, speedup against vanilla large) and ct2_checks.json (the run: machine, versions, n,
@@ -167,6 +146,7 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     from bildlib import notebook, plots
     from bildlib.analysis.evaluate import device_name, machine
     from bildlib.bench import ct2peer
+    from bildlib.bench import threads as threads_
     from bildlib.experiments import presets
     from bildlib.experiments.runner import examples
     from bildlib.models import native_bf16
@@ -180,7 +160,7 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     labels = head[head["label"].str.startswith("bild")]["label"].tolist()
     picks = [base] + [c for c in grid if c.label in labels]
     ex = examples(models.preset, split, n_examples)
-    bl_t, bl_ms, ct_t, ct_ms = probe_threads(models, ex, threads)
+    bl_t, bl_ms, ct_t, ct_ms = threads_.probe_threads(models, ex, threads)
     run = [preset, split, n_examples, dtype, engine, threads, bl_t, ct_t, [c.label for c in picks]]
     partial = Path(out) / f"ct2_rows-{hashlib.sha256(repr(run).encode()).hexdigest()[:12]}.partial.parquet"
     rows = ct2peer.compare(models, picks, ex, bl_t, partial=partial, ct2_threads=ct_t)
@@ -195,8 +175,8 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     probe = ", ".join(f"{t}: {ms:.1f}" for t, ms in bl_ms.items())
     probe_ct = ", ".join(f"{t}: {ms:.1f}" for t, ms in ct_ms.items())
     checks = {"n": n_examples, "split": split, "threads": bl_t, "ct2 threads": ct_t,
-              "thread probe": f"ms per sentence by threads on {PROBE} sentences: bildlib vanilla large "
-                              f"{{{probe}}}, CTranslate2 {{{probe_ct}}}",
+              "thread probe": f"ms per sentence by threads on {threads_.PROBE} sentences: bildlib vanilla "
+                              f"large {{{probe}}}, CTranslate2 {{{probe_ct}}}",
               "device": device_name(torch.device("cpu")), "engine": "lean / ctranslate2",
               "dtype": f"{t['dtype'].iloc[0]} (bildlib), float32 (CTranslate2)",
               "block": ct2peer.BLOCK, "warmup": ct2peer.WARMUP, "ctranslate2": rows.attrs["ctranslate2"],
