@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -39,7 +40,8 @@ KEY = ["cpu", "isa", "dtype", "n", "code"]
 
 
 def _setup(n: int | None, dtype: str, threads: int):
-    """(small, large, encoded val sources, decoders over that pair: name -> f(src) -> ids)."""
+    """(the first n val sources, encoded; {"vanilla", "lossless"}: f(source) -> output ids on the
+    shipped pair in dtype)."""
     from bildlib import data
     from bildlib import decoding as D
     from bildlib.experiments.presets import PRESETS
@@ -115,7 +117,7 @@ def cost(n: int | None, dtype: str, threads: int = 2) -> list[dict]:
     head |= {"row_invariant": s["row_invariant"], "products": s["products"]}
     rows = []
     for kind in ("vanilla", "lossless"):
-        a, b = (torch.tensor(secs[f"{kind} {e}"], dtype=torch.float64).numpy() for e in ("probed", "today"))
+        a, b = (np.asarray(secs[f"{kind} {e}"]) for e in ("probed", "today"))
         lo, hi = intervals._tails((W @ a) / (W @ b))
         rows.append(head | {"decoder": kind, "ms_probed": 1e3 * a.mean(), "ms_today": 1e3 * b.mean(),
                             "time_ratio": a.mean() / b.mean(), "time_ratio_lo": lo, "time_ratio_hi": hi})

@@ -24,8 +24,8 @@ def ct2_threads(model_dir: Path, sources: list[list[str]], max_len: int, options
                 rounds: int = 2) -> tuple[int, dict[int, float]]:  # fmt: skip
     """CTranslate2's fastest intra_threads on this machine: a worker process per option, one at a
     time, each warmed on the first source, then timed over all of them; `rounds` rounds, the
-    options' order alternating. Returns (the fastest, {option: ms per sentence}). On an Intel Xeon
-    with 2 CPUs, 2 threads took about 4x the time of 1."""
+    options' order alternating. Returns (the fastest, {option: ms per sentence}); which count is
+    fastest depends on the CPU and on what else runs (docs/engines.md)."""
     total = dict.fromkeys(options, 0.0)
     for r in range(rounds):
         for t in options[:: 1 if r % 2 == 0 else -1]:

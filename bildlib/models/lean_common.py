@@ -72,8 +72,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     """softmax(q k^T + bias) v for q (H, k, dh), k and v (H, n, dh), bias (H, k, n) or None; no
     1/sqrt(dh) (T5 folds it into its weights). Each query row's result has the same bits whatever
     the number of rows: the path (_attend as is, padded to a few rows, or row by row) is probed
-    once per process, dtype and head shape (models.rowinv); in float32 on an Intel Xeon with AMX,
-    bmm's one- and two-row products sum in other orders than more rows'."""
+    once per process, dtype, head shape and thread count (models.rowinv); in float32 on an Intel
+    Xeon with AMX, bmm's one- and two-row products sum in other orders than more rows'."""
     H, dh, threads = q.shape[0], q.shape[2], torch.get_num_threads()
     key = (q.dtype, q.device.type, H, dh, bias is None, rowinv.FIRST_ONLY, threads)
     f = _ATTEND.get(key)
