@@ -88,7 +88,7 @@ def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     each row's position). A row's result must not depend on the keys masked after it: vanilla
     decoding gives the row exactly its keys, a k-token call gives it n keys, the later ones
     masked. On an Intel Xeon with AMX, bf16 attention over masked trailing keys summed otherwise
-    (lossless BiLD then differed from vanilla on 1 of 1,014 val sentences). So the path is probed
+    (lossless BiLD then differed from vanilla on val sentences: docs/engines.md). So the path is probed
     (once per process, dtype, head shape and thread count; models.rowinv): "masked", the k rows
     in one call (attend), or "per-row", row j alone over its own n - k + j + 1 keys, the very call
     vanilla's one-token step makes there. Per-row, every call has one query row, so it runs
