@@ -49,6 +49,37 @@ def test_the_probe_finds_row_count_and_address_dependence():
     assert rowinv.probe(each, 24, torch.float32) == []
 
 
+def one_row_sums_reversed(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """x @ m^T as a bf16 product computes it (float32 sums, one rounding), each row on its own,
+    except that a one-row call adds the terms in the reverse order (as oneDNN's packed bf16
+    product under ONEDNN_MAX_CPU_ISA=AVX512_CORE summed otherwise at one row)."""
+    order = range(m.shape[1] - 1, -1, -1) if x.shape[0] == 1 else range(m.shape[1])
+    return torch.stack([in_order(r, m, order) for r in x]).to(x.dtype)
+
+
+def in_order(r: torch.Tensor, m: torch.Tensor, order) -> torch.Tensor:
+    """r @ m^T summed term by term in float32 (cumsum would sum in double), in the given order."""
+    acc = torch.zeros(m.shape[0])
+    for i in order:
+        acc = acc + r[i].float() * m[:, i].float()
+    return acc
+
+
+def test_sharp_rows_show_a_summation_order_that_bf16_rounding_hides():
+    """A bf16 product whose one-row call sums in another order rounds to the same bits on almost
+    every random row; rowinv.sharp's rows (two large terms cancelling at one output) show it at
+    every row tested alone, and nowhere else."""
+    g = torch.Generator().manual_seed(5)
+    m = (torch.randn(48, 40, generator=g) * 0.05).bfloat16()  # (out, n)
+    f = lambda x: one_row_sums_reversed(x, m)  # noqa: E731
+    x = rowinv.sharp(m)
+    assert x.shape == (rowinv.ROWS, 40)
+    bad = rowinv.probe(f, 40, torch.bfloat16, x0=x)
+    assert {k for _, k, _ in bad} == {1} and len(bad) >= rowinv.ROWS  # most of the 32 one-row calls
+    same = lambda x: torch.stack([in_order(r, m, range(40)) for r in x]).bfloat16()  # noqa: E731
+    assert rowinv.probe(same, 40, torch.bfloat16, x0=x) == []  # an invariant product passes
+
+
 def test_choose_refuses_a_non_invariant_path_and_takes_the_next():
     t = torch.randn(24, 8)
     cands = {"fast": lambda x: one_row_apart(x, t), "safe": rowinv.rowwise(lambda x: x @ t)}

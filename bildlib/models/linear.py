@@ -74,9 +74,11 @@ def _invariant(cls, w: torch.Tensor) -> bool:
         try:
             p = Int8(*w._bild_int8) if cls is Int8 else cls(w)
             add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
+            x = rowinv.sharp(w._bild_int8[0] if cls is Int8 else w)  # rows that show a summation order
+            xr = torch.cat([x, torch.randn(x.shape[0], out, generator=torch.Generator().manual_seed(0))], 1)
             _INVARIANT[key] = rowinv.each_thread_count(
-                lambda: not (rowinv.probe(p, n, w.dtype) or rowinv.probe(p.relu, n, w.dtype)
-                             or rowinv.probe(add, n + out, w.dtype)))  # fmt: skip
+                lambda: not (rowinv.probe(p, n, w.dtype, x0=x) or rowinv.probe(p.relu, n, w.dtype, x0=x)
+                             or rowinv.probe(add, n + out, w.dtype, x0=xr)))  # fmt: skip
         except (RuntimeError, NotImplementedError) as e:
             rowinv.log.info("linear %s %s: %s unavailable (%s)", tuple(w.shape), w.dtype, cls.__name__, e)
             _INVARIANT[key] = False
@@ -143,14 +145,27 @@ _ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device, rowinv.FIRST_ONLY
 
 
 def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
+    """The first row-invariant path of rows_mm at this key. It serves every matrix of the shape
+    (weights of either dtype, a source's folded keys), so it is probed on two stand-ins, one with
+    float32 values and one with bf16 values, with rows that show a summation order (rowinv.sharp)."""
     n, m, per_row = key[0], key[1], key[2]
-    if res is None:
-        check = lambda f: not rowinv.probe(lambda x: f(x, t, None), n, t.dtype, t.device)  # noqa: E731
-    elif per_row:
-        check = lambda f: not rowinv.probe(lambda xr: f(xr[:, :n], t, xr[:, n:]), n + m, t.dtype, t.device)  # noqa: E731
-    else:
-        one = res[:1].clone()
-        check = lambda f: not rowinv.probe(lambda x: f(x, t, one), n, t.dtype, t.device)  # noqa: E731
+    g = torch.Generator().manual_seed(3)
+    t32 = torch.randn(n, m, generator=g).to(t.device)
+    cases = []  # (product over probe rows, probe rows)
+    for u in (t32, t32.bfloat16().float()):
+        x = rowinv.sharp(u.t())
+        if res is None:
+            cases.append((lambda f, u=u: lambda z: f(z, u, None), x))
+        elif per_row:
+            xr = torch.cat([x, torch.randn(x.shape[0], m, generator=g)], 1)
+            cases.append((lambda f, u=u: lambda z: f(z[:, :n], u, z[:, n:]), xr))
+        else:
+            one = res[:1].clone().float()
+            cases.append((lambda f, u=u, one=one: lambda z: f(z, u, one), x))
+
+    def check(f) -> bool:
+        return not any(rowinv.probe(over(f), x.shape[1], t.dtype, t.device, x0=x) for over, x in cases)
+
     return rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check)[1]
 
 

@@ -42,23 +42,56 @@ ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE
 
 
 def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dtype,
-          device: str | torch.device = "cpu", rows: int = ROWS, seed: int = 0) -> list[tuple]:  # fmt: skip
+          device: str | torch.device = "cpu", rows: int = ROWS, seed: int = 0,
+          x0: torch.Tensor | None = None) -> list[tuple]:  # fmt: skip
     """Where f, a product over rows ((k, width) -> (k, ...)), is not row-invariant: each
     (offset, k, start) whose k-row call on rows [start, start + k) differs in any bit from those
-    rows of one aligned `rows`-row call, for k = 1..rows; offset 1: the same rows copied one
-    element past a (16-byte aligned) buffer's start. An empty list: invariant at this width."""
-    g = torch.Generator().manual_seed(seed)
-    x0 = torch.randn(rows, width, generator=g).to(device=device, dtype=dtype)
+    rows of one aligned `rows`-row call, for k = 1..rows (k = 1 at every row); offset 1: the same
+    rows copied one element past a (16-byte aligned) buffer's start. The rows: x0 (rows, width)
+    when given (sharp's, for a product whose matrix is known), else random normal ones. An empty
+    list: invariant at this width."""
+    if x0 is None:
+        g = torch.Generator().manual_seed(seed)
+        x0 = torch.randn(rows, width, generator=g)
+    x0 = x0.to(device=device, dtype=dtype)
+    rows = x0.shape[0]
     full = f(x0)
     bad = []
     for off in (0, 1):
         buf = torch.empty(rows * width + 1, device=device, dtype=dtype)
         x = buf[off : off + rows * width].view(rows, width).copy_(x0)
         for k in range(1, rows + 1):
-            start = 0 if off == 0 else rows - k  # the first rows aligned, the last rows not
-            if not torch.equal(f(x[start : start + k]), full[start : start + k]):
-                bad.append((off, k, start))
+            # the first rows aligned, the last rows not; one row alone from every start
+            for start in range(rows) if k == 1 else [0 if off == 0 else rows - k]:
+                if not torch.equal(f(x[start : start + k]), full[start : start + k]):
+                    bad.append((off, k, start))
     return bad
+
+
+def sharp(m: torch.Tensor, rows: int = ROWS, seed: int = 0, scale: float = 2.0**24) -> torch.Tensor:
+    """Probe rows (rows, n) for a product x @ m^T with m (out, n), each as sensitive to the
+    product's summation order as a row can be. In half precision a product sums in float32 and
+    rounds once, so two summation orders mostly round to the same bits: random rows let a kernel
+    whose one-row call sums otherwise pass (oneDNN's packed bf16 product under
+    ONEDNN_MAX_CPU_ISA=AVX512_CORE did; a real activation row then flipped one bit).
+
+    Row r is random but for two large entries that cancel exactly at one output j:
+    x_a = scale m[j, b] and x_b = -scale m[j, a], a and b where row j of m is largest in each
+    half. Their products are exact in float32 (m's values times a power of two), so output j is
+    small while its partial sums pass through large values: a kernel that adds the other terms in
+    another order rounds them otherwise, by far more than one rounding step of the result."""
+    g = torch.Generator().manual_seed(seed)
+    out, n = m.shape
+    w = m.detach().float().cpu()
+    x = torch.randn(rows, n, generator=g)
+    if n < 2:
+        return x
+    h = n // 2  # the two entries in different halves of the sum, so no blocking adds them first
+    for r in range(rows):
+        j = int(torch.randint(out, (1,), generator=g))
+        a, b = int(w[j, :h].abs().argmax()), h + int(w[j, h:].abs().argmax())  # the largest terms
+        x[r, a], x[r, b] = w[j, b] * scale, -w[j, a] * scale
+    return x
 
 
 def at_least(f: Callable, R: int, dim: int = 0, rowed: tuple[int, ...] = (0,)) -> Callable:
