@@ -23,13 +23,15 @@ setup: $(STAMP)
 # nbstripout's flags: keep the cells' ids, and drop what Lab writes about the Python it ran (the
 # committed notebooks are fixed points of this filter: tests/test_notebooks.py)
 NBSTRIP := --keep-id --extra-keys 'metadata.language_info.version metadata.language_info.codemirror_mode metadata.language_info.file_extension metadata.language_info.mimetype metadata.language_info.nbconvert_exporter metadata.language_info.pygments_lexer'
-# It also installs the Jupyter kernel "bildlib (.venv)" (a Jupyter started outside the venv can run
-# the notebooks with it) and, in a git checkout, nbstripout as the repo's git filter: a notebook
-# saved in JupyterLab with its outputs still shows as unchanged (docs/teaching.md).
+# It also installs a Jupyter kernel for this checkout, named after its path: "bildlib (<path>)"
+# (a Jupyter started outside the venv can run the notebooks with it; a second checkout installs
+# its own and leaves this one's alone) and, in a git checkout, nbstripout as the repo's git filter:
+# a notebook saved in JupyterLab with its outputs still shows as unchanged (docs/teaching.md).
+KERNEL_NAME := bildlib-$(shell printf '%s' '$(CURDIR)' | sha256sum | cut -c1-10)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -c constraints.txt
-	$(BIN)/python -m ipykernel install --user --name bildlib --display-name "bildlib (.venv)"
+	$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) --display-name "bildlib ($(CURDIR))"
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
 	  $(BIN)/nbstripout --install --attributes "$$(git rev-parse --git-path info/attributes)" && \
 	  git config filter.nbstripout.clean "$(abspath $(BIN))/python -m nbstripout $(NBSTRIP)" && \
@@ -128,7 +130,7 @@ course: $(STAMP)
 
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "make grade SUBMISSIONS=folder: one folder per student, each with its notebook"; exit 2; }
-	$(BIN)/python -m bildlib.notebook.tutorial.course grade $(SUBMISSIONS) --out $(COURSE) --timeout $(TIMEOUT)
+	$(BIN)/python -m bildlib.notebook.tutorial.autograde $(SUBMISSIONS) --out $(COURSE) --timeout $(TIMEOUT)
 
 # The paper presets offline (docs/paper-checkpoints.md): every paper preset through every notebook that
 # takes it, on random models of the checkpoints' shapes and datasets in the hub's schema, n = 2, CPU,

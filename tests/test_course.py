@@ -1,14 +1,16 @@
 """The tutorial as an nbgrader course: built from the repository (the handout, course/solutions.py),
-then autograded on a solved notebook, one with a hang, and a blank one with four cheats, from two
-students whose notebooks have the same name. Every notebook runs in a real kernel, on the shipped pair and a
-few sentences (the course's parameters), with a short cell timeout for the hang."""
+then autograded in its sandbox on a blank notebook with every cheat tried on it (graded first), a
+solved one, one with a hang, and a later blank one, from students whose notebooks have the same
+name. Every notebook runs in a real kernel, on the shipped pair and a few sentences (the course's
+parameters), with a short cell timeout for the hang."""
 
 import re
+import subprocess
 
 import nbformat
 import pytest
 
-from bildlib.notebook.tutorial import course
+from bildlib.notebook.tutorial import autograde, course
 from conftest import REPO
 
 # few sentences and timed repeats; a cell that does not hang takes 10 s at most here (the imports)
@@ -45,7 +47,7 @@ def test_the_source_notebook_has_solutions_locked_cells_and_hidden_tests():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, multi30k_dir):
     out = tmp_path_factory.mktemp("course")
-    course.build(out, PARAMS | {"out_dir": str(out / "figures")})  # the pictures: not in the repository
+    course.build(out, PARAMS)  # the pictures go to build/figures/, a scratch folder in the sandbox
     return out
 
 
@@ -83,6 +85,28 @@ forged = {"passed": 5, "exercises": 5, "checks": {}, "solutions": False}
 PATCH = """from bildlib.notebook.tutorial import checks as C, checks_loop as CL
 C.run = lambda exercise, body, *a: C.Result(exercise, True, "ok")
 CL.check_loop = lambda *a, **k: C.Result("3 BiLD loop", True, "ok")"""
+# each attempt prints what happened to it, so a test failure shows which one got through
+ESCAPE = """import importlib, subprocess, sys, types
+from pathlib import Path
+from bildlib import REPO_ROOT
+def attempt(what, f):
+    try:
+        f()
+        print("CHEAT", what, "went through")
+    except Exception as e:
+        print("CHEAT", what, "refused:", type(e).__name__)
+grading_py = REPO_ROOT / "bildlib/notebook/tutorial/grading.py"  # later submissions import it
+attempt("grading.py edit", lambda: grading_py.write_text(grading_py.read_text() + "\\ndef check(*a): 0\\n"))
+attempt("figures/table1.csv", lambda: (REPO_ROOT / "figures/table1.csv").write_text("pwned"))
+attempt("data/PWNED.txt", lambda: (REPO_ROOT / "data/PWNED.txt").write_text("pwned"))
+attempt("solutions.py read", lambda: (REPO_ROOT / "course/solutions.py").read_text())
+attempt("gradebook", lambda: open(COURSE + "/gradebook.db", "ab").write(b"x"))
+fake = types.SimpleNamespace(hidden_test=lambda *a, **k: None, exercise=lambda *a, **k: None)
+real = importlib.import_module
+importlib.import_module = lambda name, *a: fake if "grading" in name else real(name, *a)
+sys.modules["bildlib.notebook.tutorial.grading"] = fake  # the hidden tests' import gets the fake
+subprocess.Popen(["setsid", "sleep", "4242"])  # outlives the notebook unless the sandbox ends it
+solutions = True"""
 
 
 def _write(folder, student, nb):
@@ -90,44 +114,68 @@ def _write(folder, student, nb):
     nbformat.write(nb, folder / student / "tutorial.ipynb")  # every student's file has the same name
 
 
+def _sleepers() -> list[str]:
+    ps = subprocess.run(["ps", "-e", "-o", "args="], capture_output=True, text=True).stdout
+    return [ln for ln in ps.splitlines() if ln.startswith("sleep 4242")]
+
+
 def test_autograde_gives_each_submission_its_points(built, tmp_path):
-    """Each notebook costs a kernel and the tutorial's cells (about 15 s here), so three do: alice
-    solved; bob solved but for a hang in exercise 3; alice again, blank, with every cheat (a cell
-    solutions = True, a check cell edited to print PASS, the checks module patched, the checks
-    file forged). Each cheat alone gave points when a papermill run was graded by the student's
-    own checks file; blank, they would be all her points."""
+    """Each notebook costs a kernel and the tutorial's cells (about 15 s here), so four do, in this
+    order: mallory, blank, with every cheat (a cell solutions = True, a check cell edited to print
+    PASS, the checks module patched, the checks file forged, importlib.import_module and
+    sys.modules faking the hidden tests' module, grading.py rewritten on disk, files written into
+    the repository and the course's gradebook, a process left running); alice solved; bob solved
+    but for a hang in exercise 3; then alice again, blank: graded after mallory, whose disk edits
+    would have given her the points. The checks run in the grader, never in a kernel."""
     subs, again = tmp_path / "subs", tmp_path / "again"
-    _write(subs, "alice", _submission(built, solved=True))
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    edited = {"test-1": lambda s: 'print("PASS  exercise 1 fallback: right on all 5 cases")'}
+    escape = ESCAPE.replace("COURSE", repr(str(built)))
+    _write(subs, "a-mallory", _submission(built, edit=edited, after_setup=PATCH + "\n" + escape, last=FORGE))
+    _write(subs, "b-alice", _submission(built, solved=True))
     loop = "\n\n\ndef bild_loop(*args, **kwargs):\n    while True:\n        pass\n"  # replaces the solved one
-    _write(subs, "bob", _submission(built, solved=True, edit={"exercise-3": lambda s: s + loop}))
+    _write(subs, "c-bob", _submission(built, solved=True, edit={"exercise-3": lambda s: s + loop}))
     release = nbformat.read(built / "release" / "tutorial" / "tutorial.ipynb", as_version=4)
     assert not any("BEGIN HIDDEN TESTS" in c.source or "BEGIN SOLUTION" in c.source for c in release.cells)
 
-    # bob's exercise 3 check runs out of time, his others keep their points, and the timeout is his
-    # row's error
-    t = course.grade(subs, built, timeout=HANG_TIMEOUT).set_index("student")
-    assert t["score"].to_dict() == {"alice": 5, "bob": 4} and t.loc["alice", "error"] == "", t
-    b = t.loc["bob"]
+    t = autograde.grade(subs, built, timeout=HANG_TIMEOUT).set_index("student")
+    assert t["score"].to_dict() == {"a-mallory": 0, "b-alice": 5, "c-bob": 4}, t
+    assert [t.loc["a-mallory", f"exercise {i}"] for i in range(1, 6)] == [0] * 5
+    assert "never reached the grader" in t.loc["a-mallory", "error"]
+    mallory = nbformat.read(built / "autograded" / "a-mallory" / "tutorial" / "tutorial.ipynb", as_version=4)
+    said = "".join(o.get("text", "") for c in mallory.cells for o in c.get("outputs", []))
+    assert said.count("CHEAT") == 5 and "went through" not in said, said
+    assert not _sleepers(), "a submission's process outlived its kernel"
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                          text=True).stdout == status  # fmt: skip
+    assert t.loc["b-alice", "error"] == "", t
+    b = t.loc["c-bob"]
     assert [b[f"exercise {i}"] for i in range(1, 6)] == [1, 1, 0, 1, 1], b
     assert b["error"] == "test-3 timed out"
-    assert len((built / "grades.csv").read_text().splitlines()) == 3  # a header and a row per student
-    for s in ("alice", "bob"):  # the same file name: separate folders, grades and feedback
+    for s in ("b-alice", "c-bob"):  # the same file name: separate folders, grades and feedback
         assert (built / "autograded" / s / "tutorial" / "tutorial.ipynb").is_file()
         assert (built / "feedback" / s / "tutorial" / "tutorial.html").is_file()
-    assert (built / "figures" / "tutorial_trace.png").is_file()  # the course's out_dir, not figures/
+    assert "5.0 / 5.0" in (built / "feedback" / "b-alice" / "tutorial" / "tutorial.html").read_text()
 
-    # alice submits again, blank with every cheat; her earlier, solved run is not read
-    edited = {"test-1": lambda s: 'print("PASS  exercise 1 fallback: right on all 5 cases")'}
-    cheats = _submission(built, edit=edited, after_setup=PATCH + "\nsolutions = True", last=FORGE)
-    _write(again, "alice", cheats)
-    t = course.grade(again, built, timeout=60).set_index("student")
-    assert t.loc["alice", "score"] == 0 and t.loc["alice", "error"] == "", t
-    assert [t.loc["alice", f"exercise {i}"] for i in range(1, 6)] == [0] * 5
+    # alice submits again, blank; her earlier, solved run is not read. Everyone graded before keeps a row
+    _write(again, "b-alice", _submission(built))
+    (again / "d-dan").mkdir()
+    (again / "d-dan" / "tutorial.ipynb").write_text('{"cells": [')  # cut off: not JSON
+    t = autograde.grade(again, built, timeout=60).set_index("student")
+    assert t["score"].to_dict() == {"a-mallory": 0, "b-alice": 0, "c-bob": 4, "d-dan": 0}, t
+    assert t.loc["b-alice", "error"] == "", t
+    why = t.loc["d-dan", "error"]
+    assert why.startswith("not a valid notebook: ") and "\n" not in why, why
+    assert len((built / "grades.csv").read_text().splitlines()) == 5  # a header and a row per student
 
 
 def test_bad_submissions_folders_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="SUBMISSIONS=.*no such folder"):
-        course.submissions(tmp_path / "nope")
-    (tmp_path / "s" / "alice").mkdir(parents=True)
+        autograde.submissions(tmp_path / "nope")
+    (tmp_path / "s" / "alice" / "tutorial").mkdir(parents=True)
     with pytest.raises(ValueError, match="alice: expected one notebook, found 0"):
-        course.submissions(tmp_path / "s")
+        autograde.submissions(tmp_path / "s")
+    for f in ("tutorial.ipynb", "tutorial/tutorial.ipynb"):  # both layouts at once: which one counts?
+        (tmp_path / "s" / "alice" / f).write_text("{}")
+    with pytest.raises(ValueError, match=r"found 2: .*alice/tutorial.ipynb, .*alice/tutorial/tutorial.ipynb"):
+        autograde.submissions(tmp_path / "s")

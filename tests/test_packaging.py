@@ -218,3 +218,25 @@ def _strings(o):
             yield from _strings(v)
     elif isinstance(o, str):
         yield o
+
+
+def test_each_checkout_installs_its_own_jupyter_kernel(tmp_path):
+    """make setup names the user's Jupyter kernel after the checkout's path, so a second clone
+    installs its own and leaves the first one's pointing at the first one's venv (a shared name
+    made the newest clone take over the kernel of every other)."""
+    import shutil
+    import subprocess
+
+    def install_line(root: Path) -> str:
+        out = subprocess.run(["make", "-n", "setup", "VENV=nowhere/venv"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        return next(ln for ln in out.splitlines() if "ipykernel install" in ln)
+
+    other = tmp_path / "second clone"
+    other.mkdir()
+    for f in ("Makefile", "pyproject.toml", "constraints.txt"):
+        shutil.copy(REPO / f, other / f)
+    here, there = install_line(REPO), install_line(other)
+    assert f'--display-name "bildlib ({REPO})"' in here and f'"bildlib ({other})"' in there
+    name = lambda line: line.split("--name ")[1].split()[0]  # noqa: E731
+    assert name(here).startswith("bildlib-") and name(here) != name(there)

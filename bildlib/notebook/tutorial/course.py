@@ -1,22 +1,17 @@
-"""The tutorial as an nbgrader course: `make course` builds it, `make grade` autogrades a folder of
-submissions (docs/teaching.md walks an instructor through release, collect, autograde, export).
+"""The tutorial as an nbgrader course: `make course` builds it (`make grade` autogrades a folder of
+submissions: tutorial.autograde; docs/teaching.md walks an instructor through release, collect,
+autograde, export).
 
-    python -m bildlib.notebook.tutorial.course build [--out build/course]
-    python -m bildlib.notebook.tutorial.course grade SUBMISSIONS [--out build/course] [--timeout 300]
+    python -m bildlib.notebook.tutorial.course build [--out build/course] [--timeout 300] [-p NAME VALUE]
 
-build: the nbgrader source notebook, source/tutorial/tutorial.ipynb, from the student's handout
+The nbgrader source notebook, source/tutorial/tutorial.ipynb, comes from the student's handout
 (notebooks/tutorial.ipynb) and the solutions (course/solutions.py in the repository, outside the
 package): each exercise's body becomes a solution region; each exercise's check cell becomes its
 autograded cell, worth a point, with a hidden test (tutorial.grading) after the student's
 self-check; every other code cell is locked. nbgrader restores locked and graded cells at
 autograde, so an edited check cell changes nothing. Then `nbgrader generate_assignment` writes
-release/tutorial/, what students get: the hidden tests and the solutions taken out.
-
-grade: SUBMISSIONS holds one folder per student with their notebook in it (or nbgrader's
-collected layout, <student>/tutorial/tutorial.ipynb). Each student's earlier submission,
-autograded copy and feedback are removed first, then `nbgrader autograde` (a timeout per cell,
-recorded as the error of that student's row) and the grades table, <out>/grades.csv, rewritten
-after each student; then `generate_feedback` (HTML) for them all.
+release/tutorial/, what students get: the hidden tests and the solutions taken out; and
+course.json keeps the settings the grader checks exercise 3 on.
 """
 
 from __future__ import annotations
@@ -24,14 +19,13 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
-import pandas as pd
 
 from bildlib import REPO_ROOT, data, notebook
 from bildlib.notebook.tutorial.checks import EXERCISES
@@ -68,10 +62,7 @@ def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=0)
 def source_notebook(params: dict | None = None, handout: Path = HANDOUT, solutions: Path = SOLUTIONS):
     """The nbgrader source notebook: the handout with its solutions, locked cells and hidden tests.
     params: parameters whose defaults the course changes (e.g. fewer sentences)."""
-    defaults = notebook.defaults("tutorial")
-    if bad := sorted(set(params or {}) - set(defaults)):
-        raise ValueError(f"params: the tutorial has no parameter {', '.join(bad)}")
-    run = defaults | (params or {})
+    run = settings(params)
     lab = {k: run[k] for k in LAB}  # exercise 3's hidden test opens its own pair with these
     bodies = solution_bodies(solutions)
     nb = nbformat.read(handout, as_version=4)
@@ -103,6 +94,24 @@ def source_notebook(params: dict | None = None, handout: Path = HANDOUT, solutio
     return nb
 
 
+def settings(params: dict | None = None) -> dict:
+    """The tutorial's parameters with the course's changes (params)."""
+    defaults = notebook.defaults("tutorial")
+    if bad := sorted(set(params or {}) - set(defaults)):
+        raise ValueError(f"params: the tutorial has no parameter {', '.join(bad)}")
+    return defaults | (params or {})
+
+
+def lab_settings(course: Path) -> dict:
+    """The settings exercise 3's check runs on, as the course at `course` was built (course.json)."""
+    f = Path(course) / "course.json"
+    try:
+        return json.loads(f.read_text())["lab"]
+    except (OSError, ValueError, KeyError) as e:
+        raise FileNotFoundError(f"{f}: the course's settings are missing or unreadable ({e}); make course "
+                                "builds them") from None  # fmt: skip
+
+
 def _set_default(line: str, run: dict) -> str:
     """A parameters-cell line `name: type = value  # comment` with run's value for name."""
     name, sep, rest = line.partition(":")
@@ -126,6 +135,8 @@ def build(out: Path = BUILD, params: dict | None = None, timeout: int = TIMEOUT)
                         "c.CourseDirectory.course_id = 'bild-tutorial'",
                         f"c.Execute.timeout = {int(timeout)}", ""])  # fmt: skip
     (out / "nbgrader_config.py").write_text(config)
+    with data.atomic_path(out / "course.json") as tmp:  # what the grader checks exercise 3 on
+        tmp.write_text(json.dumps({"lab": {k: settings(params)[k] for k in LAB}}, indent=1))
     _nbgrader(out, "generate_assignment", ASSIGNMENT, "--force")
     print(f"course: {out} (source/{ASSIGNMENT}/ with the solutions; release/{ASSIGNMENT}/ for students)")
     return out
@@ -141,109 +152,19 @@ def _nbgrader(course: Path, *args: str) -> None:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
 
 
-def submissions(folder: Path) -> dict[str, Path]:
-    """{student id: notebook}: one folder per student, its one notebook directly inside or under
-    tutorial/ (nbgrader's collected layout)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"SUBMISSIONS={folder}: no such folder (one folder per student inside)")
-    out = {}
-    for d in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        found = sorted(d.glob("*.ipynb")) or sorted((d / ASSIGNMENT).glob("*.ipynb"))
-        if len(found) != 1:
-            raise ValueError(f"{d}: expected one notebook, found {len(found)} (one student, one notebook)")
-        out[d.name] = found[0]
-    if not out:
-        raise ValueError(f"SUBMISSIONS={folder} holds no student folders (<student>/tutorial.ipynb)")
-    return out
-
-
-def grade(folder: Path, out: Path = BUILD, timeout: int | None = None) -> pd.DataFrame:
-    """Autograde every student of folder in the course at out (built first if it is not), with
-    timeout seconds per cell (None: TIMEOUT); one row per student, written to <out>/grades.csv
-    after each."""
-    out = Path(out).resolve()
-    if not (out / "release" / ASSIGNMENT).is_dir():
-        build(out, timeout=timeout or TIMEOUT)
-    api = _api(out, timeout or TIMEOUT)  # in this process: no nbgrader start-up per student
-    rows = []
-    for student, nb in submissions(folder).items():
-        for stage in ("submitted", "autograded", "feedback"):  # nothing stale from an earlier run
-            shutil.rmtree(out / stage / student / ASSIGNMENT, ignore_errors=True)
-        dest = out / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        dest.parent.mkdir(parents=True)
-        shutil.copy(nb, dest)
-        r = api.autograde(ASSIGNMENT, student, force=True, create=True)
-        row = {"student": student, "notebook": str(nb)} | _scores(out, student)
-        row["error"] = _errors(out, student) or ("" if r["success"] else str(r["error"]).strip()[-300:])
-        rows.append(row)
-        with data.atomic_path(out / "grades.csv") as tmp:  # row by row: a crash keeps the graded rows
-            pd.DataFrame(rows).to_csv(tmp, index=False)
-        why = f" ({row['error']})" if row["error"] else ""
-        print(f"{student}: {row['score']:g} of {row['max_score']:g}{why}")
-    api.generate_feedback(ASSIGNMENT, force=True)  # HTML, for every autograded submission
-    return pd.DataFrame(rows)
-
-
-def _api(course: Path, timeout: int):
-    """nbgrader's Python API on the course folder, with `timeout` seconds per cell."""
-    from nbgrader.apps import NbGraderAPI
-    from traitlets.config import Config
-
-    c = Config()
-    c.CourseDirectory.root, c.CourseDirectory.course_id = str(course), "bild-tutorial"
-    c.Execute.timeout = int(timeout)
-    return NbGraderAPI(config=c)
-
-
-def _scores(course: Path, student: str) -> dict:
-    """The student's autograded points: in total and per exercise (nbgrader's gradebook)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        try:
-            nb = gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
-        except MissingEntry:
-            return {"score": 0.0, "max_score": float(len(EXERCISES))}
-        per = {f"exercise {g.name.removeprefix('test-')}": g.score for g in nb.grades}
-        return {"score": nb.score, "max_score": nb.max_score} | dict(sorted(per.items()))
-
-
-def _errors(course: Path, student: str) -> str:
-    """The cells of the autograded notebook that ran out of time, as one line."""
-    f = course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    if not f.is_file():
-        return ""
-    nb = nbformat.read(f, as_version=4)
-    out = []
-    for c in nb.cells:
-        if any(o.get("ename") == "CellTimeoutError" for o in c.get("outputs", [])):
-            gid = c.metadata.get("nbgrader", {}).get("grade_id", "a cell")
-            out.append(f"{gid} timed out")
-    return "; ".join(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bildlib.notebook.tutorial.course",
                                  description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="the course folder: source (with solutions) and release")
-    g = sub.add_parser("grade", help="autograde a folder of submissions, one folder per student")
-    g.add_argument("submissions", type=Path)
-    for p in (b, g):
-        p.add_argument("--out", type=Path, default=BUILD, help=f"the course folder (default {BUILD})")
-        p.add_argument("--timeout", type=int, help=f"seconds per cell (default {TIMEOUT})")
+    b.add_argument("--out", type=Path, default=BUILD, help=f"the course folder (default {BUILD})")
+    b.add_argument("--timeout", type=int, help=f"seconds per cell (default {TIMEOUT})")
     b.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="a tutorial parameter the course sets (a literal), e.g. -p n_sweep 30")  # fmt: skip
     a = ap.parse_args(argv)
     if a.timeout is not None and a.timeout < 1:
         ap.error(f"--timeout must be >= 1 s, got {a.timeout}")
-    if a.cmd == "build":
-        build(a.out, {k: ast.literal_eval(v) for k, v in a.p}, a.timeout or TIMEOUT)
-    else:
-        t = grade(a.submissions, a.out, a.timeout)
-        print(f"grades: {a.out / 'grades.csv'}; feedback: {a.out / 'feedback'}/<student>/{ASSIGNMENT}/")
-        print(t[["student", "score", "max_score", "error"]].to_string(index=False))
+    build(a.out, {k: ast.literal_eval(v) for k, v in a.p}, a.timeout or TIMEOUT)
     return 0
 
 

@@ -1,0 +1,231 @@
+"""Grades a submission cannot touch: the course's hidden tests run their checks in the grader's
+process, never in the student's kernel (docs/teaching.md, *What the sandbox isolates*).
+
+Any code in a kernel can change anything else in it: a cell can replace importlib.import_module,
+patch the checks module or rewrite its file, so a check that runs in the student's kernel can be
+made to pass. Here the hidden test cell only serves the student's function: it connects to the
+grader (`Server`, an abstract Unix socket whose random name the grader passes to the kernel in
+BILD_VERDICT), and the grader runs the exercise's check (grading.check) on a stand-in that calls
+the function in the kernel over the socket (`Student`). The grader records the check's result as
+the exercise's points; what the kernel prints or raises is only the student's feedback.
+
+The messages are JSON frames (a 4-byte length, then UTF-8), never pickle: what comes from the
+kernel is data (numbers, strings, lists, dicts, tensors as raw bytes with dtype and shape) and
+is decoded as such. The grader's own objects that a check passes to the function (the models of
+exercise 3, the cost function of exercise 4) stay in the grader: the kernel gets a handle
+(`Proxy`) that may call start, forward and crop on a model, read its ids, eos and name, set its
+width, and call a function; every result comes back by value.
+
+    student's kernel                         grader (course.grade)
+    hello {exercise}            ------->     check(n, Student(conn))
+                                <-------     call {args, kwargs}
+    invoke {ref, name, args}    ------->     model.forward(...)       (the function's own calls)
+                                <-------     result {value}
+    return {value} / raise      ------->     ... the check goes on
+                                <-------     done {passed, message}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import socket
+import threading
+
+from bildlib.notebook.tutorial.wire import Gone, decode, encode, error, recv, send
+
+ENV = "BILD_VERDICT"  # the grader's socket name, in the kernel's environment
+CALL = {"start", "forward", "crop"}  # what a submission may call on a grader's model
+READ = {"ids", "eos", "name", "width"}  # and read (by value)
+WRITE = {"width"}  # and set (decoding's pair check sets it)
+
+
+# --- the grader's side ---------------------------------------------------------------------------
+
+
+class Refs:
+    """The grader's objects lent to the kernel by handle: a model (start, forward, crop) or a
+    function."""
+
+    def __init__(self):
+        self.objs: list[tuple[object, str]] = []
+
+    def add(self, obj) -> dict:
+        kind = "model" if all(hasattr(obj, m) for m in CALL) else "function" if callable(obj) else None
+        if kind is None:
+            raise TypeError(f"the grader cannot lend a {type(obj).__name__}")
+        self.objs.append((obj, kind))
+        return {"$ref": len(self.objs) - 1, "kind": kind}
+
+    def serve(self, msg: dict):
+        """What the kernel asked of a lent object: the result, by value."""
+        ref, name = msg.get("ref"), msg.get("name")
+        if not isinstance(ref, int) or not 0 <= ref < len(self.objs):
+            raise Gone(f"no lent object {ref!r}")
+        obj, kind = self.objs[ref]
+        op = msg["op"]
+        if op == "invoke" and (kind == "function" and name == "__call__" or kind == "model" and name in CALL):
+            f = obj if name == "__call__" else getattr(obj, name)
+            return f(*decode(msg.get("args", [])), **decode(msg.get("kwargs", {"$dict": []})))
+        if op == "getattr" and kind == "model" and name in READ:
+            return getattr(obj, name)
+        if op == "setattr" and kind == "model" and name in WRITE:
+            return setattr(obj, name, decode(msg.get("value")))
+        raise AttributeError(f"{name!r} of the grader's {kind} is not available to a submission")
+
+
+class Student:
+    """The student's function, seen from the grader: each call runs it in the kernel and answers
+    its calls on lent objects until it returns or raises there."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.refs = sock, Refs()
+
+    def __call__(self, *args, **kwargs):
+        args, kwargs = encode(list(args), self.refs), encode(kwargs, self.refs)
+        send(self.sock, {"op": "call", "args": args, "kwargs": kwargs})
+        while True:
+            msg = recv(self.sock)
+            if msg["op"] == "return":
+                return decode(msg.get("value"))
+            if msg["op"] == "raise":
+                raise error(msg, own_names=True)
+            if msg["op"] not in ("invoke", "getattr", "setattr"):
+                raise Gone(f"an unexpected {msg['op']!r}")
+            try:
+                out = {"op": "result", "value": encode(self.refs.serve(msg))}
+            except Gone:
+                raise
+            except Exception as e:
+                out = {"op": "error", "type": type(e).__name__, "message": str(e)}
+            send(self.sock, out)
+
+
+class Server:
+    """The grader's end for one submission: `env` goes into the kernel's environment; each hidden
+    test that connects gets its exercise checked here, once (`results`: exercise -> Result)."""
+
+    def __init__(self, check, timeout: float):
+        """check(n, fn) -> checks.Result; timeout: seconds the grader waits for one answer."""
+        self.check, self.timeout, self.results = check, timeout, {}
+        self.name = f"bild-verdict-{secrets.token_hex(16)}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind("\0" + self.name)  # abstract: no file for a submission to touch
+        self.sock.listen(8)
+        self.env = {ENV: self.name}
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            with conn:
+                self._one(conn)
+
+    def _one(self, conn: socket.socket) -> None:
+        from bildlib.notebook.tutorial.checks import EXERCISES, Result
+
+        conn.settimeout(self.timeout)
+        try:
+            n = recv(conn).get("exercise")
+        except Gone:
+            return
+        if not isinstance(n, int) or not 1 <= n <= len(EXERCISES) or n in self.results:
+            return
+        name = next(k for k in EXERCISES if k.startswith(f"{n} "))
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the checks print PASS/FAIL for notebooks
+                r = self.check(n, Student(conn))
+        except Gone as e:
+            r = Result(name, False, f"the check could not finish: the kernel stopped answering ({e})")
+        self.results[n] = r
+        with contextlib.suppress(Gone):
+            send(conn, {"op": "done", "passed": r.passed, "message": r.message})
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.thread.join(5)
+
+
+# --- the kernel's side ---------------------------------------------------------------------------
+
+
+class Peer:
+    """The kernel's connection to the grader."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def ask(self, msg: dict):
+        send(self.sock, msg)
+        r = recv(self.sock)
+        if r["op"] == "result":
+            return decode(r.get("value"), lambda ref, kind: Proxy(self, ref, kind))
+        if r["op"] == "error":
+            raise error(r, own_names=False)
+        raise Gone(f"an unexpected {r['op']!r}")
+
+
+class Proxy:
+    """A grader's object lent to the submission (a model, a function)."""
+
+    __slots__ = ("_peer", "_ref", "_kind")
+
+    def __init__(self, peer: Peer, ref: int, kind: str | None):
+        for k, v in (("_peer", peer), ("_ref", ref), ("_kind", kind)):
+            object.__setattr__(self, k, v)
+
+    def _invoke(self, name: str, args, kwargs):
+        return self._peer.ask({"op": "invoke", "ref": self._ref, "name": name, "args": encode(list(args)),
+                               "kwargs": encode(kwargs)})  # fmt: skip
+
+    def __getattr__(self, name: str):
+        if name in CALL and self._kind == "model":
+            return lambda *a, **k: self._invoke(name, a, k)
+        return self._peer.ask({"op": "getattr", "ref": self._ref, "name": name})
+
+    def __setattr__(self, name: str, value) -> None:
+        self._peer.ask({"op": "setattr", "ref": self._ref, "name": name, "value": encode(value)})
+
+    def __call__(self, *args, **kwargs):
+        return self._invoke("__call__", args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<the grader's {self._kind}>"
+
+
+def serve(n: int, fn, address: str | None = None) -> None:
+    """The hidden test's side: serve fn to the grader for exercise n's check, then print its
+    verdict, raising AssertionError (the cell's error) when it failed. address: the grader's
+    socket name (default: BILD_VERDICT)."""
+    address = address or os.environ.get(ENV)
+    if not address:
+        raise RuntimeError(f"no grader: {ENV} is not set (course.grade sets it; grading.exercise checks "
+                           "a function in this kernel)")  # fmt: skip
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect("\0" + address)
+    peer = Peer(sock)
+    lend = lambda ref, kind: Proxy(peer, ref, kind)  # noqa: E731
+    with sock:
+        send(sock, {"op": "hello", "exercise": n})
+        while True:
+            msg = recv(sock)
+            if msg["op"] == "done":
+                print(f"{'PASS' if msg.get('passed') else 'FAIL'}  (graded) {msg.get('message')}")
+                assert msg.get("passed"), msg.get("message")
+                return
+            if msg["op"] != "call":
+                raise Gone(f"an unexpected {msg['op']!r}")
+            try:
+                got = fn(*decode(msg["args"], lend), **decode(msg["kwargs"], lend))
+                out = {"op": "return", "value": encode(got)}
+            except Exception as e:  # the student's error: the check reports it
+                out = {"op": "raise", "type": type(e).__name__, "message": str(e)}
+            send(sock, out)

@@ -1,0 +1,133 @@
+"""The course's grader (tutorial.verdict, tutorial.wire): values cross the socket as data and come
+back equal; what is not the protocol is refused; a grader's model lent to a submission answers
+start, forward and crop and nothing else; the grader's verdict is the check's, whatever the
+kernel's side does after. Both ends run in this process (the grader in its thread), as they do
+across the sandbox under make grade (tests/test_course.py)."""
+
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from bildlib.decoding.trace import Trace
+from bildlib.notebook.tutorial import verdict, wire
+from bildlib.notebook.tutorial.checks import Result, check_fallback
+from bildlib.notebook.tutorial.fakes import Scripted
+
+
+def test_values_cross_as_data_and_come_back_equal():
+    values = [None, True, 3, -2.5, float("inf"), "x", [1, [2]], (1, "a"), {1: "one", "k": (2.0,)},
+              np.float32(0.5), np.int64(7), np.bool_(True), Trace(source=["S", "L"], fallbacks=1)]
+    for v in values:
+        got = wire.decode(wire.encode(v))
+        assert got == (v.item() if isinstance(v, np.generic) else v), v
+    for dtype in wire.DTYPES.values():
+        t = (torch.randn(3, 5) * 10).to(dtype)[:, 1:4]  # not contiguous
+        back = wire.decode(wire.encode(t))
+        assert back.dtype == dtype and torch.equal(back, t)
+    assert wire.decode(wire.encode(torch.tensor(2.5))).shape == ()
+    with pytest.raises(TypeError, match="not data"):
+        wire.encode(object())
+
+
+@pytest.mark.parametrize("bad", [
+    {"$ref": 0, "kind": "model"},  # the kernel has no objects to lend the grader
+    {"$tensor": "AAAA", "dtype": "float32", "shape": [2]},  # 3 bytes for 8
+    {"$tensor": "AAAA", "dtype": "object", "shape": [1]},
+    {"$dict": [[1]]},
+    {"__reduce__": "os.system"},
+])  # fmt: skip
+def test_the_grader_refuses_what_is_not_data(bad):
+    with pytest.raises(wire.Gone):
+        wire.decode(bad)
+
+
+def test_a_frame_that_is_not_the_protocol_ends_the_conversation():
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(struct.pack(">I", wire.MAX_FRAME + 1))
+        with pytest.raises(wire.Gone, match="bytes"):
+            wire.recv(b)
+        a.sendall(struct.pack(">I", 3) + b"[1]")
+        with pytest.raises(wire.Gone, match="without an op"):
+            wire.recv(b)
+        a.close()
+        with pytest.raises(wire.Gone, match="closed"):
+            wire.recv(b)
+
+
+def test_the_verdict_is_the_checks_whatever_the_kernel_does():
+    """Exercise 1's real check over the socket: a right function passes, a blank is "not done
+    yet"; a function returning an object that is not data fails with the reason."""
+    srv = verdict.Server(lambda n, fn: check_fallback(fn), timeout=30)
+    try:
+        verdict.serve(1, lambda logits, a: bool(logits.softmax(-1).max() < a), srv.name)
+    finally:
+        srv.close()
+    assert srv.results[1].passed, srv.results[1]
+    for fn, why in [(lambda *a: (_ for _ in ()).throw(NotImplementedError("exercise 1")), "not done yet"),
+                    (lambda *a: object(), "your code raised TypeError")]:  # fmt: skip
+        srv = verdict.Server(lambda n, f: check_fallback(f), timeout=30)
+        try:
+            with pytest.raises(AssertionError, match=why):
+                verdict.serve(1, fn, srv.name)
+        finally:
+            srv.close()
+        assert not srv.results[1].passed and why in srv.results[1].message
+
+
+def test_a_lent_model_answers_its_interface_only():
+    """The grader lends its model by handle: start, forward and crop run in the grader, ids and
+    eos come back by value, and the rest (its log, its class, a private field) is refused."""
+    model = Scripted([5, 6, 7], name="lent")
+    seen = {}
+
+    def check(n, fn):
+        out = fn(model)
+        return Result("1 fallback", out == [0, 5, 6] and model.ids == [0, 5], repr(out))
+
+    def student(m):
+        bos = m.start([3])  # ids []
+        logits = m.forward([bos])  # (1, V), by value: it predicts 5
+        m.forward([int(logits[-1].argmax()), 6])  # ids [0, 5, 6]
+        m.crop(2)  # ids [0, 5]
+        seen["eos"], seen["repr"] = m.eos, repr(m)
+        for name in ("script", "_bild", "next_logits", "__dict__"):
+            with pytest.raises(AttributeError, match="not available to a submission"):
+                getattr(m, name)
+        with pytest.raises(AttributeError):
+            m.eos = 3
+        return [*m.ids, 6]
+
+    srv = verdict.Server(check, timeout=30)
+    try:
+        verdict.serve(1, student, srv.name)
+    finally:
+        srv.close()
+    assert srv.results[1].passed, srv.results[1]
+    assert seen == {"eos": model.eos, "repr": "<the grader's model>"} and model.eos != 3
+
+
+def test_a_hidden_test_that_stops_answering_scores_nothing():
+    """The kernel's end closes mid-check (an interrupted cell, a killed kernel): the grader's
+    verdict is a failure that says so, and the next connection for the same exercise is ignored."""
+    srv = verdict.Server(lambda n, fn: check_fallback(fn), timeout=30)
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("\0" + srv.name)
+        wire.send(s, {"op": "hello", "exercise": 1})
+        assert wire.recv(s)["op"] == "call"
+        s.close()
+        for _ in range(100):
+            if 1 in srv.results:
+                break
+            time.sleep(0.05)
+        assert not srv.results[1].passed and "stopped answering" in srv.results[1].message
+        with pytest.raises(wire.Gone):  # a second try is not checked: the socket just closes
+            verdict.serve(1, lambda logits, a: bool(logits.softmax(-1).max() < a), srv.name)
+    finally:
+        srv.close()
+    assert not srv.results[1].passed
