@@ -76,13 +76,14 @@ TO_FIGURES = $(if $(PRESET)$(DEVICE),,-p out_dir figures)
 # Every notebook run has a per-cell limit (papermill's --execution-timeout, seconds): a hang fails,
 # naming the cell. The longest cells (make bench's sweep, about 45 min here) fit well inside it.
 NB_TIMEOUT ?= 10800
-PAPERMILL = $(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(TO_FIGURES) $(PM_ARGS)
+# BILD_PUBLISH=1 marks a make target's run: a notebook writes figures/ only in one (bildlib.notebook).
+PAPERMILL = BILD_PUBLISH=1 $(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(TO_FIGURES) $(PM_ARGS)
 # make fig4 is a newcomer's first run: into build/figures/fig4/, so the checkout stays as cloned.
 # make fig4 PUBLISH=1 (and make figures) rewrite the committed figures/fig4.png and table1.csv.
 PUBLISH ?=
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
-	$(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+	BILD_PUBLISH=1 $(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
 
 figures: $(STAMP)
 	@mkdir -p build/notebooks

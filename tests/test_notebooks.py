@@ -2,6 +2,7 @@
 end to end with papermill on the shipped Multi30k pair (a few examples, a tiny grid)."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -313,10 +314,22 @@ def test_a_missing_early_exit_model_names_the_command_that_builds_it(tmp_path):
     assert proc.returncode != 0 and "make models-ee" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
-def test_no_notebook_run_writes_to_figures_unless_asked(capsys):
+def test_no_notebook_run_writes_to_figures_unless_asked(capsys, monkeypatch, tmp_path):
     """A run in Jupyter or papermill writes build/figures/<notebook>/ (other parameters: a folder
-    of their own); figures/ only when out_dir says so, as the make targets do."""
+    of their own); figures/ only in a make target's run (BILD_PUBLISH=1), where out_dir names
+    it: by hand, `-p out_dir figures` once replaced the committed fig4 with a 2-sentence run.
+    An out_dir that is a file is refused, named."""
     from bildlib import REPO_ROOT, notebook
+
+    monkeypatch.delenv(notebook.PUBLISH, raising=False)
+    d0 = notebook.defaults("fig4")
+    for out_dir in ("figures", "figures/full", str(REPO_ROOT / "figures" / "x"), "figures/../figures"):
+        with pytest.raises(ValueError, match=re.escape(f"out_dir={out_dir!r}: figures/ holds the committed")):
+            notebook.outputs("fig4", d0 | {"out_dir": out_dir, "n_examples": 2})
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match="out_dir=.*f'.* is a file, not a folder"):
+        notebook.outputs("fig4", d0 | {"out_dir": str(tmp_path / "f")})
+    monkeypatch.setenv(notebook.PUBLISH, "1")  # as the make targets run papermill
 
     d = notebook.defaults("fig4")
     assert d["n_examples"] == 100 and d["out_dir"] == "" and d["rules"] == "ours"
@@ -358,6 +371,7 @@ def test_make_targets_publish_only_the_default_runs():
 
     assert "out_dir" not in cmd("fig4")
     assert "-p out_dir figures notebooks/fig4.ipynb" in cmd("fig4", "PUBLISH=1")
+    assert re.search(r"BILD_PUBLISH=1 \S*bin/papermill ", cmd("fig4", "PUBLISH=1"))  # notebook.outputs asks
     assert "-p out_dir figures notebooks/$nb.ipynb" in cmd("figures")  # fig4 among the notebooks
     assert "out_dir" not in cmd("fig4", "PUBLISH=1", "PRESET=cnndm-t5")
     assert "out_dir" not in cmd("fig4", "PUBLISH=1", "DEVICE=cuda")

@@ -17,6 +17,8 @@ from pathlib import Path
 from bildlib import REPO_ROOT, repo_relative
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
+FIGURES = REPO_ROOT / "figures"  # the committed results: written by the make targets only
+PUBLISH = "BILD_PUBLISH"  # "1" in the environment of a make target's papermill runs (Makefile: PAPERMILL)
 # Where the outputs go and where results are cached do not change what a run computes.
 PLACES = ("out_dir", "results_dir")
 
@@ -65,6 +67,7 @@ def outputs(name: str, values: dict) -> Path:
     changed = {k: v for k, v in run.items() if k not in PLACES and v != d[k]}
     if run["out_dir"]:
         out = REPO_ROOT / run["out_dir"]  # an absolute out_dir stays as it is
+        check_out_dir(run["out_dir"], out)
     elif not changed:
         out = REPO_ROOT / "build" / "figures" / name
     else:
@@ -73,6 +76,18 @@ def outputs(name: str, values: dict) -> Path:
         print(f"not the default run ({', '.join(f'{k}={v!r}' for k, v in changed.items())})")
     print(f"outputs go to {repo_relative(out)}/")
     return out
+
+
+def check_out_dir(given: str, out: Path) -> None:
+    """out_dir may name a folder (made when missing), not a file; and figures/ only in a make
+    target's run (PUBLISH set): a run by hand must not replace a committed result. ValueError,
+    naming out_dir."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir={given!r}: {repo_relative(out)} is a file, not a folder")
+    if out.resolve().is_relative_to(FIGURES.resolve()) and os.environ.get(PUBLISH) != "1":
+        raise ValueError(f"out_dir={given!r}: figures/ holds the committed results, and only the make "
+                         "targets write it (make fig4 PUBLISH=1, make figures, ...: docs/experiments.md). "
+                         "Leave out_dir empty (build/figures/<notebook>/) or name another folder")
 
 
 RUN_FIELDS = ("dtype", "engine", "device")  # every checks file names them (test_provenance)

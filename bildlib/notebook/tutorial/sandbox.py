@@ -118,13 +118,13 @@ def plan() -> tuple[list[Path], list[Path], list[Path], Path]:
     its .git, tests and course solutions; the home folder; the course folder, with the hidden
     tests and every submission: BILD_SANDBOX_HIDE); folders an empty writable tmpfs replaces
     (/tmp, the repository's build/, where a notebook writes its figures); folders bound back
-    read-only (the package, the data, the Python environment); and the working folder, the only
-    one of the real disk a kernel can write."""
+    read-only (the package, the data, the handouts, the Python environment); and the working
+    folder, the only one of the real disk a kernel can write."""
     root = Path(__file__).resolve().parents[3]
     work = Path.cwd().resolve()
     more = [Path(p).resolve() for p in os.environ.get(HIDE, "").split(os.pathsep) if p]
     hide = {root, Path.home().resolve(), *more}
-    keep = {root / "bildlib", root / "kernels", root / "data", Path(sys.prefix).resolve(),
+    keep = {root / "bildlib", root / "kernels", root / "data", root / "notebooks", Path(sys.prefix).resolve(),
             Path(sys.base_prefix).resolve(), root.parent / "shared"}  # fmt: skip
     if os.environ.get("BILD_DATA_DIR"):
         keep.add(Path(os.environ["BILD_DATA_DIR"]).resolve())
