@@ -238,7 +238,8 @@ models: $(STAMP)
 
 # The early-exit models of fig6 / fig7 (paper 4.4; docs/early-exit.md): the shipped large fine-tuned with two exits
 # (multi30k-ee) and with CALM's weighted exits (multi30k-calm). Not committed (the tracked tree
-# must stay under 60 MB); each run resumes from its last finished epoch. docs/early-exit.md.
+# must stay under 60 MB); each run resumes from its last finished epoch. docs/early-exit.md. Their
+# cards go beside them and to build/cards/, compared with the committed ones (bildlib.reports.cards).
 models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
@@ -247,8 +248,9 @@ models-ee: $(STAMP)
 # The student, the small model made for BiLD (docs/data-and-models.md, Students): the winner of
 # notebooks/small_models.ipynb, the small shape distilled from the shipped large's top 32 on its
 # greedy outputs (bildlib.train.distill, train.topk; about 25 min on 2 CPU cores), then its card
-# (bildlib.reports.modelcard_student, into data/checkpoints/cards/). Not committed (the tree's 63 MB budget);
-# the run resumes from its last finished epoch.
+# (bildlib.reports.modelcard_student) beside it and in build/cards/, compared with the committed card
+# (data/checkpoints/cards/), which a build leaves as it is (bildlib.reports.cards; --publish replaces it).
+# Not committed (the tree's 63 MB budget); the run resumes from its last finished epoch.
 models-student: $(STAMP)
 	$(TRAIN) multi30k-student-top32 $(TRAIN_ARGS)
 	$(BIN)/python -m bildlib.reports.modelcard_student

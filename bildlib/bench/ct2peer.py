@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bildlib import REPO_ROOT, data, repo_relative
+from bildlib import REPO_ROOT, artifacts, data, repo_relative
 from bildlib.analysis import intervals, metrics
 
 CONVERTED = REPO_ROOT / "build" / "ct2"  # converted checkpoints (git-ignored; make ct2)
@@ -60,9 +60,10 @@ def converted(path: str | Path) -> Path:
 
 def convert(path: str | Path) -> Path:
     """The checkpoint converted for CTranslate2, lossless float32 (TransformersConverter); an
-    existing conversion is reused. Written to a temporary folder first, then renamed."""
+    existing conversion is reused while its files are as they were written (bildlib.artifacts),
+    else converted again. Written to a temporary folder first, sealed, then renamed."""
     out = converted(path)
-    if (out / "model.bin").is_file():
+    if artifacts.reusable(out, "the CTranslate2 conversion"):
         return out
     ct2 = _ctranslate2()
     tmp = out.with_name(out.name + ".part")
@@ -70,6 +71,7 @@ def convert(path: str | Path) -> Path:
         ct2.converters.TransformersConverter(str(path)).convert(str(tmp), quantization="float32", force=True)
     except Exception as e:
         raise PeerUnavailableError(f"CTranslate2 cannot convert {path!r}: {type(e).__name__}: {e}") from e
+    artifacts.seal(tmp)
     tmp.rename(out)
     return out
 

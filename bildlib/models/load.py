@@ -104,8 +104,13 @@ def stored_dtype(path: str | Path) -> torch.dtype | None:
         return None
     from safetensors import safe_open
 
-    with safe_open(str(files[0]), "pt") as f:
-        return f.get_tensor(next(iter(f.keys()))).dtype
+    try:
+        with safe_open(str(files[0]), "pt") as f:
+            return f.get_tensor(next(iter(f.keys()))).dtype
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise damaged(path, e) from e
 
 
 def _hub_kwargs(path: str) -> dict:
@@ -113,6 +118,13 @@ def _hub_kwargs(path: str) -> dict:
     if Path(path).exists() or data._offline() or data.hub_reachable():
         return {}
     return {"local_files_only": True}
+
+
+def damaged(path: str | Path, e: Exception) -> ValueError:
+    """A checkpoint folder whose weights cannot be read, its files named."""
+    files = ", ".join(str(f) for f in sorted(Path(path).glob("*.safetensors"))) or str(path)
+    return ValueError(f"cannot read the weights of {str(path)!r} ({files}): {type(e).__name__}: {e}. "
+                      "The file is damaged or cut short: build the checkpoint again (its make target)")
 
 
 def _unavailable(path: str, e: Exception) -> Exception:
@@ -162,6 +174,10 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
             model = auto.from_pretrained(path, dtype="auto", **_hub_kwargs(path))
     except (OSError, ValueError) as e:
         raise _unavailable(path, e) from e
+    except Exception as e:  # safetensors' own error, over a truncated or damaged file: name the file
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise damaged(path, e) from e
     check_vocab(tok, model.config, path)
     stored = stored_dtype(path) or model.dtype
     model = model.to(dev, resolve_dtype(dtype, dev, stored)).eval()
@@ -183,7 +199,14 @@ def keep_int8(model, path: str | Path) -> int:
     meta = json.loads(f.read_text()) if f.is_file() else {}
     if meta.get("config", {}).get("method") != "int8":
         return 0
-    t, mods = load_file(str(Path(path) / "quant.safetensors")), dict(model.named_modules())
+    try:
+        t = load_file(str(Path(path) / "quant.safetensors"))
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise ValueError(f"cannot read {Path(path) / 'quant.safetensors'}: {e}; build it again "
+                         "(python -m bildlib.quant.build)") from e  # fmt: skip
+    mods = dict(model.named_modules())
     layers = meta["layers"]
     for n in layers:
         p = mods[n].weight

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bildlib import REPO_ROOT, data, repo_relative
+from bildlib import REPO_ROOT, artifacts, data, repo_relative
 from bildlib.experiments.cache import model_hash
 from bildlib.models import load_model
 from bildlib.models.load import locate, stored_dtype
@@ -75,8 +75,9 @@ def build(labels: list[str], base: str = BASE, out: str | Path = OUT, n_calib: i
         if cfg.method == "none":
             continue
         same = ident | {"version": VERSION.get(cfg.method, 1)}
-        if QM.is_quantized(dest) and {k: QM.read_meta(dest).get(k, 1 if k == "version" else None)
-                                      for k in same} == same:  # fmt: skip
+        built = QM.is_quantized(dest) and {k: QM.read_meta(dest).get(k, 1 if k == "version" else None)
+                                           for k in same} == same  # fmt: skip
+        if built and artifacts.reusable(dest, cfg.label):  # and its files as they were written
             print(f"{cfg.label}: built already ({repo_relative(dest)})")
             done.append(dest)
             continue

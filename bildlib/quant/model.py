@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bildlib import data
+from bildlib import artifacts, data
 from bildlib.quant.config import QuantConfig
 from bildlib.quant.squeeze import squeeze
 from bildlib.quant.uniform import int8, int8_parts, is_int8, rtn
@@ -124,8 +124,10 @@ def save(out: Path, model, tok, cfg: QuantConfig, q: dict[str, QWeight], dtype: 
     with data.atomic_path(out / "quant.safetensors") as tmp:
         save_file({k: v.contiguous() for k, v in t.items()}, str(tmp))
     m = {"config": cfg.to_dict(), "label": cfg.label, "layers": list(q), **(meta or {})}
+    m["file_bytes"] = (out / "quant.safetensors").stat().st_size  # on disk, beside `bytes`, the packed size
     with data.atomic_path(out / META) as tmp:
         tmp.write_text(json.dumps(m, indent=1) + "\n")
+    artifacts.seal(out)  # every file's size and hash: a later build reuses it only while they match
 
 
 def is_quantized(path: str | Path) -> bool:
@@ -142,5 +144,11 @@ def read_meta(path: str | Path) -> dict:
 def load_quantized(path: str | Path) -> tuple[QuantConfig, dict[str, QWeight], dict]:
     """(config, {name: QWeight}, quant.json) of a quantized checkpoint's compact form."""
     m = read_meta(path)
-    t = load_file(str(Path(path) / "quant.safetensors"))
+    f = Path(path) / "quant.safetensors"
+    try:
+        t = load_file(str(f))
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise ValueError(f"cannot read {f}: {e}; build it again (python -m bildlib.quant.build)") from e
     return QuantConfig(**m["config"]), {n: QWeight.from_tensors(t, n) for n in m["layers"]}, m

@@ -12,6 +12,7 @@ weights and, since the weights are not committed, to data/checkpoints/cards/<nam
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import torch
@@ -22,6 +23,7 @@ from bildlib.analysis.evaluate import machine
 from bildlib.decoding import vanilla
 from bildlib.models import LM, load_model
 from bildlib.models.early_exit import exit_views
+from bildlib.reports import cards
 from bildlib.reports.modelcard import CHECKPOINTS
 
 NAMES = ("multi30k-ee", "multi30k-calm")
@@ -99,21 +101,17 @@ sacrebleu: `{m["exits"][n]["signature"]}`
 """
 
 
-def write_card(name: str, text: str, m: dict) -> None:
-    """A built model's card beside its weights and, since the weights are not committed, in
-    data/checkpoints/cards/ (<name>.md and the measurements as <name>.json)."""
-    for path in (CHECKPOINTS / name / "README.md", CHECKPOINTS / "cards" / f"{name}.md"):
-        with data.atomic_path(path) as tmp:
-            tmp.write_text(text)
-    with data.atomic_path(CHECKPOINTS / "cards" / f"{name}.json") as tmp:
-        tmp.write_text(json.dumps(m, indent=1) + "\n")
-    print(text)
+def write_card(name: str, text: str, m: dict, publish: bool = False) -> None:
+    """A built model's card beside its weights and under build/cards/, compared with the
+    committed card, which only publish replaces (reports.cards)."""
+    cards.write_card(name, text, m, CHECKPOINTS / name, publish)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    publish = "--publish" in (sys.argv[1:] if argv is None else argv)  # replace the committed cards
     ms = {name: measure(name) for name in NAMES}
     for name, m in ms.items():
-        write_card(name, card(m, ms[NAMES[0]] if name != NAMES[0] else None), m)
+        write_card(name, card(m, ms[NAMES[0]] if name != NAMES[0] else None), m, publish)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ data/checkpoints/cards/<name>.md.
 from __future__ import annotations
 
 import json
+import sys
 
 import torch
 
@@ -94,10 +95,11 @@ sacrebleu: `{g["signature"]}`
 """  # noqa: E501
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    publish = "--publish" in (sys.argv[1:] if argv is None else argv)  # replace the committed cards
     ms = {name: measure(name) for name in NAMES}
     for name, m in ms.items():  # each small model beside the large, the large beside the small
-        write_card(name, card(m, ms[NAMES[0] if name == NAMES[1] else NAMES[1]]), m)
+        write_card(name, card(m, ms[NAMES[0] if name == NAMES[1] else NAMES[1]]), m, publish)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ What BiLD asks of a small model (docs/data-and-models.md, Students): parameters 
 tensor once), greedy BLEU on val and test_2016_flickr (sacrebleu), top-1 agreement with the large
 model teacher-forced on its greedy val outputs and the ECE of max p_S (train.agreement), and the
 lean engine's one-token step in float32 and bf16 against the large model's (smallmodels.step_ms).
-The card goes to <checkpoint>/README.md and, since students are not committed, to
-data/checkpoints/cards/<name>.md with the numbers in <name>.json.
+The card goes to <checkpoint>/README.md and build/cards/<name>.md, with the numbers in .json
+beside each, and is compared with the committed card (data/checkpoints/cards/), which only
+--publish replaces (reports.cards).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bildlib.analysis.evaluate import evaluate, machine
 from bildlib.bench import smallmodels
 from bildlib.experiments import presets
 from bildlib.models import locate
-from bildlib.reports.modelcard import CHECKPOINTS
+from bildlib.reports import cards
 
 
 def measure(path: str, n: int | None = None, threads: int = 2, rounds: int = 20) -> dict:
@@ -74,14 +75,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", nargs="?", default=None, help="the student's folder (default: the preset's)")
     ap.add_argument("--n", type=int, default=None, help="first n sentences of each split (default: all)")
+    ap.add_argument("--publish", action="store_true",
+                    help="replace the committed card (data/checkpoints/cards/) with this model's")  # fmt: skip
     a = ap.parse_args(argv)
     m = measure(a.path or presets.get("multi30k").model("student"), a.n)
-    text = card(m)
-    (Path(locate(m["path"])) / "README.md").write_text(text)
-    (CHECKPOINTS / "cards").mkdir(exist_ok=True)
-    (CHECKPOINTS / "cards" / f"{m['name']}.md").write_text(text)
-    (CHECKPOINTS / "cards" / f"{m['name']}.json").write_text(json.dumps(m, indent=1, default=str) + "\n")
-    print(text)
+    cards.write_card(m["name"], card(m), m, Path(locate(m["path"])), a.publish)
 
 
 if __name__ == "__main__":

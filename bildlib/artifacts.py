@@ -1,0 +1,74 @@
+"""Built artifacts, verified before reuse: a folder that a build writes once and later runs reuse (a
+quantized checkpoint, a CTranslate2 conversion, a trained student) gets MANIFEST.json, each file's
+size and SHA-256 when it was built (`seal`). A later build reuses the folder only while every file
+still matches (`reusable`); otherwise it says which file and why, removes the folder and builds it
+again. A truncated or edited file is then rebuilt rather than failing later with an error that
+names no file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+MANIFEST = "MANIFEST.json"
+
+
+def _sha256(f: Path) -> str:
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def seal(folder: str | Path) -> dict:
+    """Write folder/MANIFEST.json: {relative path: {"bytes", "sha256"}} of every file in it."""
+    folder = Path(folder)
+    doc = {str(f.relative_to(folder)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+           for f in _files(folder)}  # fmt: skip
+    tmp = folder / f".{MANIFEST}.part"
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(folder / MANIFEST)
+    return doc
+
+
+def check(folder: str | Path) -> str:
+    """"" when every file of folder is as its manifest says; else why not, naming the file."""
+    folder = Path(folder)
+    m = folder / MANIFEST
+    if not m.is_file():
+        return f"{m} is missing (built before builds were sealed, or not finished)"
+    try:
+        doc = json.loads(m.read_text())
+    except ValueError as e:
+        return f"{m} is not JSON ({e})"
+    for rel, want in doc.items():
+        f = folder / rel
+        if not f.is_file():
+            return f"{f} is missing"
+        if f.stat().st_size != want["bytes"]:
+            return f"{f} has {f.stat().st_size} bytes, {want['bytes']} when it was built"
+        if _sha256(f) != want["sha256"]:
+            return f"{f} changed since it was built (SHA-256 differs)"
+    if extra := [str(f.relative_to(folder)) for f in _files(folder) if str(f.relative_to(folder)) not in doc]:
+        return f"{folder} holds files it was not built with: {', '.join(extra[:3])}"
+    return ""
+
+
+def reusable(folder: str | Path, what: str) -> bool:
+    """Whether folder holds a verified build of `what`. A folder that fails its check is removed,
+    with a line saying why; False then (and when there is none): build it."""
+    folder = Path(folder)
+    if not folder.exists():
+        return False
+    if not (why := check(folder)):
+        return True
+    print(f"{what}: {why}; building it again")
+    shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
+    return False
