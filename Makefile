@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness cards clean-venv
 
 setup: $(STAMP)
 
@@ -180,6 +180,13 @@ bench: ct2
 	  notebooks/peers.ipynb build/notebooks/bench.ipynb
 	$(PAPERMILL) -p n_examples 1014 -p dtype float32 -p ctranslate2 True -p out_dir $(PEERS_OUT)-float32 \
 	  $(PEERS_ARGS) notebooks/peers.ipynb build/notebooks/bench-float32.ipynb
+
+# CTranslate2 against vanilla large and the committed peers tables' BiLD rows again, on this machine,
+# without the sweep (each engine at its fastest thread count; bildlib.bench.peers ct2_again): the
+# ct2.csv and ct2_checks.json of both make bench folders (about 10 min on 2 CPU cores).
+bench-ct2: ct2
+	$(BIN)/python -m bildlib.bench.peers $(PEERS_OUT) --dtype auto
+	$(BIN)/python -m bildlib.bench.peers $(PEERS_OUT)-float32 --dtype float32
 
 # The shipped large checkpoint converted for CTranslate2 (lossless float32) into build/ct2/.
 ct2: $(STAMP)

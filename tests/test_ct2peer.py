@@ -129,3 +129,18 @@ def test_steps_times_a_forced_length_in_the_peer_process(multi30k_dir, converted
     assert r["model"] == "multi30k-large" and r["encode_and_step_ms"] > 0
     with ct2peer.Worker(converted, 2) as w:  # min = max forces the output's length
         assert len(w.decode(src, 4, 4)[0]) == 4
+
+
+def test_make_bench_ct2_finds_each_row_of_the_peers_table_by_its_label():
+    """make bench-ct2 times CTranslate2 again against the committed peers tables' BiLD rows: each
+    label names its configuration, and one that names none is refused, named."""
+    import pandas as pd
+
+    from bildlib.bench import peers
+
+    for folder in ("figures/peers/val", "figures/peers/val-float32"):
+        t = pd.read_csv(REPO / folder / "peers.csv")
+        labels = [lb for lb in t["label"].dropna() if lb.startswith("bild-")]
+        assert labels and all(peers.config_of(lb).label == lb for lb in labels)
+    with pytest.raises(ValueError, match="'bild-x-fb0.5': not the label"):
+        peers.config_of("bild-x-fb0.5")

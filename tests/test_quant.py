@@ -1,6 +1,8 @@
 """bildlib.quant: the k-means, dense-and-sparse against round-to-nearest, the storage, the errors, and
 lossless BiLD over a quantized large model (docs/quantization.md)."""
 
+import re
+
 import pytest
 import torch
 
@@ -253,3 +255,30 @@ def test_the_readme_block_marks_what_is_projected(tmp_path):
     assert "-0.50 against -1.90, holds" in b and "**Projected**" in b and "**Measured**" in b
     short = QB.block(tmp_path, "f", every=False)  # README: the timed rows only
     assert "| rtn3 |" not in short and "| int8 | 27.0 |" in short and "holds" in short
+
+
+def test_a_damaged_build_is_rebuilt_and_a_damaged_load_names_its_file(tiny, tmp_path, capsys):
+    """quant.build reuses a checkpoint only while its files are as it wrote them (bildlib.artifacts):
+    over a truncated model.safetensors it says which file and builds it again (it used to print
+    "built already" and keep it). Loading a damaged checkpoint names the file (safetensors' own
+    error, "incomplete metadata", named none)."""
+    from bildlib.models import load_model
+    from bildlib.quant import build as QB
+
+    path = tiny[0]
+    (dest,) = QB.build(["int8"], base=str(path), out=tmp_path)
+    assert (dest / "MANIFEST.json").is_file()
+    assert QB.build(["int8"], base=str(path), out=tmp_path) == [dest]
+    assert "int8: built already" in capsys.readouterr().out
+    weights = dest / "model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ValueError, match=re.escape(str(weights))):
+        load_model(dest, dtype="float32")
+    QB.build(["int8"], base=str(path), out=tmp_path)
+    said = capsys.readouterr().out
+    want = f"int8: {weights} has {len(good) // 2} bytes, {len(good)} when it was built; building it again"
+    assert want in said
+    assert weights.read_bytes() == good and "built already" not in said
+    load_model(dest, dtype="float32")
+    assert QM.read_meta(dest)["file_bytes"] == (dest / "quant.safetensors").stat().st_size

@@ -5,6 +5,11 @@ forward), and each is also given against transformers' `generate`."""
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
+from pathlib import Path
+
 import pandas as pd
 
 from bildlib import experiments as X
@@ -128,7 +133,7 @@ def calls_per_sentence(df: pd.DataFrame, s: pd.DataFrame) -> pd.DataFrame:
 
 def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str, n_examples: int,
                device: str, dtype: str, engine: str, threads: int, out, checkpoints: dict | None = None,
-               ) -> pd.DataFrame:  # fmt: skip
+               left_out: list[str] = ()) -> pd.DataFrame:  # fmt: skip
     """CTranslate2 greedy on the large checkpoint against vanilla large and the headline BiLD
     rows of `head` (peers.table) that ran on the run's engine, on the same `n_examples`, each
     engine in its own process, alternated (bildlib.bench.ct2peer), each at its fastest thread count
@@ -137,7 +142,8 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     <out>/ct2.csv (one row per decoder: score, ms, time relative to CTranslate2 with its 95 %
     interval, speedup against vanilla large) and ct2_checks.json (the run: machine, versions, n,
     each engine's threads and its probe, signature).
-    checkpoints: the sweep's replacements of the preset's models (runner.with_checkpoints)."""
+    checkpoints: the sweep's replacements of the preset's models (runner.with_checkpoints);
+    left_out: rows of the peers table not timed (ct2_again: their model is not built here)."""
     import hashlib
     from pathlib import Path
 
@@ -183,6 +189,69 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
               "signature": t["signature"].iloc[0],
               "processor": device_name(torch.device("cpu")), "cpu": cpu, "torch": torch.__version__,
               "platform": machine()["platform"], "processes": "separate, alternated in blocks"}  # fmt: skip
+    if left_out:
+        checks["left out"] = list(left_out)
     notebook.save_checks(checks, "ct2", out)
     partial.unlink(missing_ok=True)
     return t
+
+
+def config_of(label: str) -> X.Config:
+    """The BiLD configuration a peers table's label names (bild-<small>-fb<α_FB>-rb<α_RB>[...])."""
+    m = re.fullmatch(r"bild-(\w+?)-fb([\d.]+)-rb([\d.]+)(.*)", label)
+    if m:
+        model, fb, rb, rest = m.groups()
+        below = re.search(r"-verify-below([\d.]+)", rest)
+        for ve in (None, False, True):
+            for exact in (False, True):
+                kw = {"verify_end": ve} | ({"distance": "exact"} if exact else {})
+                kw |= {"verify_end_below": float(below.group(1))} if below else {}
+                c = X.Config("bild", model, float(fb), float(rb), **kw)
+                if c.label == label:
+                    return c
+    raise ValueError(f"{label!r}: not the label of a BiLD configuration of the peers sweep")
+
+
+def ct2_again(folder: str, dtype: str, n_examples: int = 1014, threads: int = 2, preset: str = "multi30k",
+              split: str = "val") -> pd.DataFrame:  # fmt: skip
+    """make bench-ct2: CTranslate2 against vanilla large and the BiLD rows of the committed peers
+    table in `folder` (its peers.csv: the rows the sweep picked), timed again on this machine,
+    each engine at its fastest thread count (versus_ct2), into folder's ct2.csv and
+    ct2_checks.json, without the sweep. Rows whose small model is not built here are left out,
+    and the checks say which."""
+    from bildlib import REPO_ROOT
+    from bildlib.experiments import presets
+    from bildlib.models import locate
+
+    out = REPO_ROOT / folder
+    head = pd.read_csv(out / "peers.csv")
+    bild = head[head["label"].str.startswith("bild-", na=False)]
+    grid = [config_of(lb) for lb in bild["label"]]
+    p, missing = presets.get(preset), set()
+    for c in grid:
+        try:
+            if not Path(locate(p.model(c.model))).is_dir():
+                missing.add(c.model)
+        except (FileNotFoundError, KeyError, ValueError):
+            missing.add(c.model)
+    left = [c.label for c in grid if c.model in missing]
+    keep = head[~head["label"].isin(left)]
+    t = versus_ct2(preset, [c for c in grid if c.model not in missing], keep, split, n_examples, "cpu", dtype,
+                   "auto", threads, out, left_out=left)  # fmt: skip
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bildlib.bench.peers",
+                                 description=ct2_again.__doc__.split(":")[0])  # fmt: skip
+    ap.add_argument("folder", help="a make bench folder with its peers.csv, e.g. figures/peers/val")
+    ap.add_argument("--dtype", default="auto", help="auto (make bench's default run) or float32")
+    ap.add_argument("--n", type=int, default=1014, help="val sentences (1014: all)")
+    ap.add_argument("--threads", type=int, default=2, help="the most threads each engine is probed at")
+    a = ap.parse_args(argv)
+    print(ct2_again(a.folder, a.dtype, a.n, a.threads).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -141,6 +141,9 @@ def ct2(root: Path, f: str = "figures/peers/val") -> str:
             f"**{ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** CTranslate2 greedy's time.\n\n")  # fmt: skip
     rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", ci(r, "vs_ct2", ".2f", "×"),
              ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
+    if c.get("left out"):
+        lead += (f"Not timed here (their small model is not built on this machine): "
+                 f"{', '.join(f'`{x}`' for x in c['left out'])}.\n\n")  # fmt: skip
     return (f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
             f"({c['cpu']}), {_threads(c)}, CTranslate2 {c['ctranslate2']}; each engine in its own "
             f"process, alternated in blocks of {c['block']} sentences; `{c['signature']}`.*\n\n" + lead
