@@ -181,3 +181,42 @@ def test_the_ctranslate2_block_needs_its_peer_row_and_finite_numbers(tree):
     f.unlink()
     with pytest.raises(report.ReportError, match="no ct2.csv"):
         report.render(README, tree)
+
+
+def test_a_point_outside_its_interval_or_a_dropped_bound_is_refused(tree):
+    """make report checks what it renders: a BLEU outside its own interval (99.99 [32.22, 41.43])
+    and a table whose speedup_lo column was removed (its intervals silently dropped from README)
+    are each refused, naming the file, the row and the column."""
+    f = tree / "figures" / "table1.csv"
+    good = pd.read_csv(f)
+    bad = good.copy()
+    bad.loc[_bild_row(bad), "score"] = 99.99
+    bad.to_csv(f, index=False)
+    outside = r"table1.csv: row \d+: column 'score' is 99.99, outside its own interval \[[\d.]+, [\d.]+\]"
+    with pytest.raises(report.ReportError, match=outside + r" \(score_lo, score_hi\)"):
+        report.render(README, tree)
+    good.drop(columns="speedup_lo").to_csv(f, index=False)
+    with pytest.raises(report.ReportError, match="table1.csv: column 'speedup_lo' is missing"):
+        report.render(README, tree)
+    p = tree / "figures" / "peers" / "val" / "peers.csv"
+    pd.read_csv(p).drop(columns="speedup_lo").to_csv(p, index=False)
+    good.to_csv(f, index=False)
+    with pytest.raises(report.ReportError, match="peers.csv: column 'speedup_same_engine_lo' is missing"):
+        report.render(README, tree)
+
+
+def test_a_trial_run_in_figures_is_refused(tree):
+    """The hand run that once replaced figures/fig4 (2 sentences, its 7 configurations timed busy),
+    and a table whose n or dtype is not its checks file's: make report refuses each, named."""
+    f = tree / "figures" / "fig4_checks.json"
+    c = json.loads(f.read_text())
+    f.write_text(json.dumps(c | {"busy configurations": 7, "configurations": 7}))
+    with pytest.raises(report.ReportError, match="fig4_checks.json: 7 of 7 configurations were timed on a "):
+        report.render(README, tree)
+    f.write_text(json.dumps(c | {"n": 2}))
+    with pytest.raises(report.ReportError, match="fig4_checks.json: n = 2, fewer than the 100 examples"):
+        report.render(README, tree)
+    f.write_text(json.dumps(c | {"dtype": "float32"}))
+    with pytest.raises(report.ReportError, match="table1.csv: column 'dtype' holds bfloat16, its checks "
+                                                 "file .*fig4_checks.json says float32"):  # fmt: skip
+        report.render(README, tree)

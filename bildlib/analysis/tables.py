@@ -66,12 +66,15 @@ def finite(x, path: str, where: str) -> None:
         raise ReportError(f"{path}: field {where!r} is {x}, not a number the report can show")
 
 
-def valid(t: pd.DataFrame, cols: list[str], rows: pd.Series | None = None) -> pd.DataFrame:
+def valid(t: pd.DataFrame, cols: list[str], rows: pd.Series | None = None,
+          intervals: tuple = ()) -> pd.DataFrame:  # fmt: skip
     """Check that every value of cols (in rows, a mask over t; default all) is present and, where
-    numeric, finite; a ReportError names the file (t.attrs["path"]), the column and the row."""
+    numeric, finite; that a column shown with its interval (intervals, or any col with a col_lo
+    and col_hi beside it) has both bounds and lies inside them. A ReportError names the file
+    (t.attrs["path"]), the column and the row."""
     path = t.attrs.get("path", "a table")
     mask = pd.Series(True, index=t.index) if rows is None else rows.reindex(t.index, fill_value=False)
-    for c in cols:
+    for c in [*cols, *(f"{c}_{e}" for c in intervals for e in ("lo", "hi"))]:
         if c not in t.columns:
             raise ReportError(f"{path}: column {c!r} is missing; rerun the command that writes it")
         v = t.loc[mask, c]
@@ -84,7 +87,48 @@ def valid(t: pd.DataFrame, cols: list[str], rows: pd.Series | None = None) -> pd
                         if k in t.columns and isinstance(t.at[i, k], str)), "")  # fmt: skip
             raise ReportError(f"{path}: column {c!r} is {t.at[i, c]} in row {i}{who}, where the report "
                               "shows a number; rerun the command that writes the file")  # fmt: skip
+    for c in cols:
+        _inside(t, c, mask, path)
     return t
+
+
+def _inside(t: pd.DataFrame, c: str, mask: pd.Series, path: str) -> None:
+    """Column c lies inside [c_lo, c_hi] wherever all three are numbers; one bound alone is an error."""
+    lo, hi = f"{c}_lo", f"{c}_hi"
+    if (lo in t.columns) != (hi in t.columns):
+        have, lack = (lo, hi) if lo in t.columns else (hi, lo)
+        raise ReportError(f"{path}: column {have!r} is there but {lack!r} is missing: the interval of {c!r} "
+                          "cannot be shown; rerun the command that writes it")  # fmt: skip
+    if lo not in t.columns:
+        return
+    v, a, b = (pd.to_numeric(t.loc[mask, x], errors="coerce") for x in (c, lo, hi))
+    tol = 1e-9 * v.abs().fillna(0)
+    out = v.notna() & a.notna() & b.notna() & ((v < a - tol) | (v > b + tol))
+    if out.any():
+        i = out[out].index[0]
+        raise ReportError(f"{path}: row {i}: column {c!r} is {v[i]:g}, outside its own interval "
+                          f"[{a[i]:g}, {b[i]:g}] ({lo}, {hi}); rerun the command that writes the file")
+
+
+def agree(t: pd.DataFrame, checks: dict, min_n: int | None = None) -> None:
+    """A table and the checks file of its run describe one run: its rows' n and dtype (where the
+    table has the columns) are the checks'. And the run is one a report shows: no configuration
+    timed on a busy machine, and at least min_n examples (the make target's default). A
+    ReportError names both files."""
+    path, cpath = t.attrs.get("path", "a table"), getattr(checks, "path", "its checks file")
+    busy = checks.get("busy configurations")
+    if busy:
+        raise ReportError(f"{cpath}: {busy} of {checks.get('configurations')} configurations were timed on a "
+                          "busy machine; rerun it on an idle one (make figures)")  # fmt: skip
+    if min_n is not None and checks.get("n", min_n) < min_n:
+        raise ReportError(f"{cpath}: n = {checks['n']}, fewer than the {min_n} examples its make target "
+                          "runs; a trial run is not a published result")  # fmt: skip
+    for col in ("n", "dtype"):
+        if col in t.columns and col in checks:
+            got = set(t[col].dropna().astype(str)) - {str(checks[col])}
+            if got:
+                raise ReportError(f"{path}: column {col!r} holds {sorted(got)[0]}, its checks file {cpath} "
+                                  f"says {checks[col]}: they are not from one run")  # fmt: skip
 
 
 def num(x, fmt: str = ".2f", unit: str = "") -> str:
@@ -130,8 +174,8 @@ def regimes(t: pd.DataFrame, rule: str = "interval") -> str:
     """Table 1 as README shows it (Markdown), from fig4's table (table1.csv's rows), under one rule."""
     vanilla = t["regime"].isna() | (t["regime"] == "")  # "" in analysis.summary_table, NaN read back from CSV
     empty = ~vanilla & t[["score", "speedup", "fallback", "rollback"]].isna().all(axis=1)  # none qualifies
-    valid(t, ["model", "rule", "score", "speedup"], ~empty)
-    valid(t, ["delta", "fallback", "rollback", "verify_end"], ~empty & ~vanilla)
+    valid(t, ["model", "rule", "score", "speedup"], ~empty, intervals=("score", "speedup"))
+    valid(t, ["delta", "fallback", "rollback", "verify_end"], ~empty & ~vanilla, intervals=("delta",))
     rows = []
     for _, r in t[t["rule"] == rule].iterrows():
         fb = "" if pd.isna(r.get("fallback")) else f"{r['fallback']:g}"

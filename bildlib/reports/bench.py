@@ -105,15 +105,16 @@ def peers(root: Path, folder: str = "figures/peers") -> str:
     run = (f"*{run_line(read_json(root, f'{folder}/peers_checks.json'))}.*\n\n" if checks.is_file() else
            f"*An earlier run, from before the notebooks recorded their checks (`{folder}` has no "
            "peers_checks.json), so its CSV does not name its dtype; make bench reruns it.*\n\n")  # fmt: skip
-    iv = "speedup_lo" in t  # newer runs have the speedup's interval and the calls
     named = {"speedup_lo": "speedup_same_engine_lo", "speedup_hi": "speedup_same_engine_hi"}
-    speed = [ci(r.rename(named), "speedup_same_engine", ".2f", "×") for _, r in t.iterrows()]
-    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", sp, f"{r['speedup_vs_generate']:.2f}×"]
-            + ([num(r["large_calls_per_sentence"])] if iv else []) + [num(r.get("loop_pct"), ".1f")]
+    shown = t.rename(columns=named)
+    shown.attrs["path"] = t.attrs.get("path")
+    valid(shown, ["speedup_same_engine"], intervals=("speedup_same_engine",))  # its interval, and inside it
+    speed = [ci(r, "speedup_same_engine", ".2f", "×") for _, r in shown.iterrows()]
+    rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", sp, f"{r['speedup_vs_generate']:.2f}×",
+             num(r["large_calls_per_sentence"]), num(r.get("loop_pct"), ".1f")]
             for sp, (_, r) in zip(speed, t.iterrows(), strict=True)]  # fmt: skip
-    head = ["decoder", "BLEU", "ms / sentence", "speedup, same engine" + (" [95 %]" if iv else ""),
-            "vs `generate`"] + (["large calls / sentence"] if iv else [])  # fmt: skip
-    head += ["loop % of call time"]
+    head = ["decoder", "BLEU", "ms / sentence", "speedup, same engine [95 %]", "vs `generate`",
+            "large calls / sentence", "loop % of call time"]  # fmt: skip
     return run + md_table(head, rows)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bildlib.analysis.tables import (
+    agree,
     ci,
     md_table,
     num,
@@ -25,14 +26,16 @@ RULE_TEXT = {
 }
 
 
-def table1(root: Path, folder: str = "figures", rule: str = "interval") -> str:
-    """Table 1 (fig4.ipynb's table1.csv in folder) under one rule (analysis.RULES)."""
+def table1(root: Path, folder: str = "figures", rule: str = "interval", min_n: int = 100) -> str:
+    """Table 1 (fig4.ipynb's table1.csv in folder) under one rule (analysis.RULES), from a run of at
+    least min_n sentences (make figures: fig4's default, 100)."""
     t, c = read_csv(root, f"{folder}/table1.csv"), read_json(root, f"{folder}/fig4_checks.json")
+    agree(t, c, min_n)
     return f"*{run_line(c)}; `{c['signature']}`.* {RULE_TEXT[rule]}\n\n" + regimes(t, rule)
 
 
 def headline(root: Path) -> str:
-    return table1(root, "figures/full")
+    return table1(root, "figures/full", min_n=1014)  # make headline: all of val
 
 
 def fig5(root: Path) -> str:

@@ -88,7 +88,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
     "early-exit": early_exit, "peers": peers, "ct2": ct2,
     # docs/results.md
-    "headline-point": lambda r: table1(r, "figures/full", "point"),
+    "headline-point": lambda r: table1(r, "figures/full", "point", min_n=1014),
     "table1-point": lambda r: table1(r, rule="point"),
     "authors": lambda r: table1(r, "figures/authors"),
     "authors-point": lambda r: table1(r, "figures/authors", "point"),
