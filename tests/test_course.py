@@ -179,3 +179,14 @@ def test_bad_submissions_folders_are_named(tmp_path):
         (tmp_path / "s" / "alice" / f).write_text("{}")
     with pytest.raises(ValueError, match=r"found 2: .*alice/tutorial.ipynb, .*alice/tutorial/tutorial.ipynb"):
         autograde.submissions(tmp_path / "s")
+
+
+def test_without_a_sandbox_grading_stops_and_says_why(tmp_path, monkeypatch):
+    """Where unprivileged namespaces are refused, make grade does not run submissions unboxed."""
+    from bildlib.notebook.tutorial import sandbox
+
+    monkeypatch.setattr(sandbox, "available", lambda: "this system refuses unprivileged namespaces")
+    _write(tmp_path / "subs", "alice", nbformat.v4.new_notebook())
+    with pytest.raises(RuntimeError, match="runs each submission in a sandbox, and none starts here: this system"):
+        autograde.grade(tmp_path / "subs", tmp_path / "course")
+    assert not (tmp_path / "course").exists()  # nothing built, nothing graded
