@@ -51,11 +51,8 @@ lint: $(STAMP)
 # pytest exits non-zero on any failure and with 5 when it collected no test: both fail `make`.
 # make test leaves out the long end-to-end runs (marker e2e), each of which has a faster path in it;
 # make test-e2e runs those (the paper presets' covering dry run, mT5-large's real-shape step).
-# The tests run one worker per CPU, at most 4 (pytest-xdist), each file's tests on one worker (its
-# module fixtures load once); PYTEST_WORKERS=0 runs them in this process.
-PYTEST_WORKERS ?= auto
 test: lint
-	$(BIN)/pytest -m "not e2e" $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile)
+	$(BIN)/pytest -m "not e2e"
 
 test-e2e: $(STAMP)
 	$(BIN)/pytest -m e2e
