@@ -258,7 +258,7 @@ def test_the_readme_block_marks_what_is_projected(tmp_path):
 
 
 def test_a_damaged_build_is_rebuilt_and_a_damaged_load_names_its_file(tiny, tmp_path, capsys):
-    """quant.build reuses a checkpoint only while its files are as it wrote them (bildlib.artifacts):
+    """quant.build reuses a checkpoint only while its files are as it wrote them (bildlib.data.artifacts):
     over a truncated model.safetensors it says which file and builds it again (it used to print
     "built already" and keep it). Loading a damaged checkpoint names the file (safetensors' own
     error, "incomplete metadata", named none)."""

@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bildlib import REPO_ROOT, artifacts, data, repo_relative
+from bildlib import REPO_ROOT, data, repo_relative
 from bildlib.analysis import intervals, metrics
+from bildlib.data import artifacts
 
 CONVERTED = REPO_ROOT / "build" / "ct2"  # converted checkpoints (git-ignored; make ct2)
 NAME = "CTranslate2 greedy (large)"
@@ -60,7 +61,7 @@ def converted(path: str | Path) -> Path:
 
 def convert(path: str | Path) -> Path:
     """The checkpoint converted for CTranslate2, lossless float32 (TransformersConverter); an
-    existing conversion is reused while its files are as they were written (bildlib.artifacts),
+    existing conversion is reused while its files are as they were written (bildlib.data.artifacts),
     else converted again. Written to a temporary folder first, sealed, then renamed."""
     out = converted(path)
     if artifacts.reusable(out, "the CTranslate2 conversion"):

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bildlib import REPO_ROOT, artifacts, data, repo_relative
+from bildlib import REPO_ROOT, data, repo_relative
+from bildlib.data import artifacts
 from bildlib.experiments.cache import model_hash
 from bildlib.models import load_model
 from bildlib.models.load import locate, stored_dtype

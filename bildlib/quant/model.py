@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bildlib import artifacts, data
+from bildlib import data
+from bildlib.data import artifacts
 from bildlib.quant.config import QuantConfig
 from bildlib.quant.squeeze import squeeze
 from bildlib.quant.uniform import int8, int8_parts, is_int8, rtn
