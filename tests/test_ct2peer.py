@@ -3,6 +3,7 @@ output is bildlib's vanilla greedy on the same checkpoint, the comparison altern
 processes on the same sentences and resumes, and a missing extra says which one."""
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,39 @@ def test_make_bench_ct2_finds_each_row_of_the_peers_table_by_its_label():
         assert labels and all(peers.config_of(lb).label == lb for lb in labels)
     with pytest.raises(ValueError, match="'bild-x-fb0.5': not the label"):
         peers.config_of("bild-x-fb0.5")
+
+
+def test_a_damaged_conversion_is_converted_again(tmp_path, monkeypatch, capsys):
+    """make ct2 reuses a conversion only while its files are as the converter wrote them: over a
+    truncated model.bin it says which file and converts again (it used to exit 0 and reuse it, and
+    the worker then died naming no file). The converter here is a stand-in that writes a file."""
+    import types
+
+    from bildlib.bench import ct2peer
+
+    calls = []
+
+    class Converter:
+        def __init__(self, path):
+            self.path = path
+
+        def convert(self, out, quantization, force):
+            calls.append(out)
+            Path(out).mkdir(parents=True)
+            (Path(out) / "model.bin").write_bytes(b"weights" * 100)
+            (Path(out) / "config.json").write_text("{}")
+
+    fake = types.SimpleNamespace(converters=types.SimpleNamespace(TransformersConverter=Converter))
+    monkeypatch.setattr(ct2peer, "_ctranslate2", lambda: fake)
+    monkeypatch.setattr(ct2peer, "CONVERTED", tmp_path / "ct2")
+    ckpt = tmp_path / "large"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"the checkpoint's weights")  # hashed for the folder's name
+    out = ct2peer.convert(ckpt)
+    assert (out / "MANIFEST.json").is_file() and ct2peer.convert(ckpt) == out and len(calls) == 1
+    (out / "model.bin").write_bytes(b"weights")  # cut short
+    assert ct2peer.convert(ckpt) == out and len(calls) == 2
+    said = capsys.readouterr().out
+    assert f"the CTranslate2 conversion: {out / 'model.bin'} has 7 bytes, 700 when it was built" in said
+    assert (out / "model.bin").read_bytes() == b"weights" * 100
