@@ -157,8 +157,9 @@ def _threads(c: dict) -> str:
     runs that made one; one count for both in earlier runs."""
     if "ct2 threads" not in c:
         return f"{c['threads']} threads each"
-    return (f"bildlib at {c['threads']} threads and CTranslate2 at {c['ct2 threads']}, each its fastest "
-            f"({c['thread probe']})")
+    n = c["threads"]
+    return (f"bildlib at {n} thread{'' if n == 1 else 's'} and CTranslate2 at {c['ct2 threads']}, each its "
+            f"fastest ({c['thread probe']})")
 
 
 def ct2_fp32(root: Path) -> str:

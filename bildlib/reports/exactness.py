@@ -51,14 +51,15 @@ def cost(root: Path) -> str:
     """What exactness costs: the probed engine's time over the engine before the probe, per dtype
     and decoder, in one process, interleaved per sentence."""
     t = read_csv(root, f"{FOLDER}/cost.csv")
-    valid(t, ["cpu", "dtype", "n", "decoder", "ms_probed", "ms_today", "time_ratio", "time_ratio_lo",
+    valid(t, ["cpu", "code", "dtype", "n", "decoder", "ms_probed", "ms_today", "time_ratio", "time_ratio_lo",
               "time_ratio_hi", "lossless_differ_today", "lossless_differ_probed"])  # fmt: skip
-    rows = [[r["cpu"], r["dtype"], r["decoder"], f"{r['ms_today']:.1f}", f"{r['ms_probed']:.1f}",
+    rows = [[r["cpu"], f"`{r['code']}`", r["dtype"], r["decoder"], f"{r['ms_today']:.1f}",
+             f"{r['ms_probed']:.1f}",
              ci(r, "time_ratio", ".3f", "×"),
              f"{r['lossless_differ_today']} → {r['lossless_differ_probed']} of {r['n']}"]
             for _, r in t.iterrows()]  # fmt: skip
     return ("*The cost (`make exactness`, `--cost`): the engine before the probe (each product's fastest "
             "path) and the probed one, both in one process on the same sentences, the four decoders "
             "interleaved per sentence; time ratio probed / before with its 95 % interval (paired bootstrap).*"
-            "\n\n" + md_table(["CPU", "dtype", "decoder", "ms before", "ms probed",
+            "\n\n" + md_table(["CPU", "code state", "dtype", "decoder", "ms before", "ms probed",
                                "time probed / before [95 %]", "lossless ≠ vanilla, before → probed"], rows))
