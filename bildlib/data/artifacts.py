@@ -7,20 +7,13 @@ names no file."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
+from bildlib.data import sha256
+
 MANIFEST = "MANIFEST.json"
-
-
-def _sha256(f: Path) -> str:
-    h = hashlib.sha256()
-    with open(f, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _files(folder: Path) -> list[Path]:
@@ -30,7 +23,7 @@ def _files(folder: Path) -> list[Path]:
 def seal(folder: str | Path) -> dict:
     """Write folder/MANIFEST.json: {relative path: {"bytes", "sha256"}} of every file in it."""
     folder = Path(folder)
-    doc = {str(f.relative_to(folder)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+    doc = {str(f.relative_to(folder)): {"bytes": f.stat().st_size, "sha256": sha256(f)}
            for f in _files(folder)}  # fmt: skip
     tmp = folder / f".{MANIFEST}.part"
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -54,7 +47,7 @@ def check(folder: str | Path) -> str:
             return f"{f} is missing"
         if f.stat().st_size != want["bytes"]:
             return f"{f} has {f.stat().st_size} bytes, {want['bytes']} when it was built"
-        if _sha256(f) != want["sha256"]:
+        if sha256(f) != want["sha256"]:
             return f"{f} changed since it was built (SHA-256 differs)"
     if extra := [str(f.relative_to(folder)) for f in _files(folder) if str(f.relative_to(folder)) not in doc]:
         return f"{folder} holds files it was not built with: {', '.join(extra[:3])}"
