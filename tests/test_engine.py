@@ -323,6 +323,9 @@ def all_packed(monkeypatch):
     if not LN.onednn():
         pytest.skip("this PyTorch has no oneDNN prepacked linear")
     monkeypatch.setattr(LN, "MIN_PACKED", {torch.float32: 0, torch.bfloat16: 0})
+    # these tests check the packed products themselves; whether they are row-invariant at these
+    # small shapes on this machine is the probe's question (tests/test_rowinv.py)
+    monkeypatch.setattr(LN, "_invariant", lambda cls, w: True)
     return LN
 
 

@@ -74,7 +74,7 @@ def _invariant(cls, w: torch.Tensor) -> bool:
         try:
             p = Int8(*w._bild_int8) if cls is Int8 else cls(w)
             add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
-            x = rowinv.sharp(w._bild_int8[0] if cls is Int8 else w)  # rows that show a summation order
+            x = rowinv.sharp(w._bild_int8[0] if cls is Int8 else w, dtype=w.dtype)  # show a summation order
             xr = torch.cat([x, torch.randn(x.shape[0], out, generator=torch.Generator().manual_seed(0))], 1)
             _INVARIANT[key] = rowinv.each_thread_count(
                 lambda: not (rowinv.probe(p, n, w.dtype, x0=x) or rowinv.probe(p.relu, n, w.dtype, x0=x)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,7 +69,8 @@ def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dt
     return bad
 
 
-def sharp(m: torch.Tensor, rows: int = ROWS, seed: int = 0, scale: float = 2.0**24) -> torch.Tensor:
+def sharp(m: torch.Tensor, rows: int = ROWS, seed: int = 0, scale: float = 2.0**24,
+          dtype: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
     """Probe rows (rows, n) for a product x @ m^T with m (out, n), each as sensitive to the
     product's summation order as a row can be. In half precision a product sums in float32 and
     rounds once, so two summation orders mostly round to the same bits: random rows let a kernel
@@ -79,11 +81,16 @@ def sharp(m: torch.Tensor, rows: int = ROWS, seed: int = 0, scale: float = 2.0**
     x_a = scale m[j, b] and x_b = -scale m[j, a], a and b where row j of m is largest in each
     half. Their products are exact in float32 (m's values times a power of two), so output j is
     small while its partial sums pass through large values: a kernel that adds the other terms in
-    another order rounds them otherwise, by far more than one rounding step of the result."""
+    another order rounds them otherwise, by far more than one rounding step of the result. dtype:
+    the probe rows' dtype, whose range caps scale (float16's would overflow at 2^24)."""
     g = torch.Generator().manual_seed(seed)
     out, n = m.shape
     w = m.detach().float().cpu()
     x = torch.randn(rows, n, generator=g)
+    top = float(w.abs().max())
+    if dtype is not None and dtype.is_floating_point and top > 0:  # the rows' dtype holds x and x m
+        fit = torch.finfo(dtype).max / (16 * max(top, top * top))  # float16: 65504
+        scale = min(scale, 2.0 ** math.floor(math.log2(fit)))
     if n < 2:
         return x
     h = n // 2  # the two entries in different halves of the sum, so no blocking adds them first
