@@ -236,9 +236,8 @@ def ct2_again(folder: str, dtype: str, n_examples: int = 1014, threads: int = 2,
             missing.add(c.model)
     left = [c.label for c in grid if c.model in missing]
     keep = head[~head["label"].isin(left)]
-    t = versus_ct2(preset, [c for c in grid if c.model not in missing], keep, split, n_examples, "cpu", dtype,
-                   "auto", threads, out, left_out=left)  # fmt: skip
-    return t
+    return versus_ct2(preset, [c for c in grid if c.model not in missing], keep, split, n_examples, "cpu",
+                      dtype, "auto", threads, out, left_out=left)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

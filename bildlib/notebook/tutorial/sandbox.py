@@ -72,7 +72,8 @@ def inner(connection_file: str, extra: list[str]) -> int:
     conn = Path(connection_file).read_text()  # before /tmp, where it may live, is replaced
     hide, scratch, keep, work = plan()
     with open("/proc/self/mountinfo") as f:
-        before = [(ln.split()[4], ln.split()[ln.split().index("-") + 1]) for ln in f]
+        fields = [ln.split() for ln in f]
+    before = [(x[4], x[x.index("-") + 1]) for x in fields]  # (mount point, file system type)
     _mount("-t", "tmpfs", "tmpfs", "/dev/shm")  # staging: each folder kept, bound here while reachable
     staged = []
     for i, p in enumerate([*keep, work]):
