@@ -164,6 +164,53 @@ def test_attention_pads_past_an_injected_few_row_kernel(monkeypatch):
     assert all(torch.equal(LC.attend(q[:, :n], k, k, None), full[:, :n]) for n in range(1, 17))
 
 
+def test_attention_runs_an_unaligned_operand_on_an_aligned_copy(monkeypatch):
+    """attend over a baddbmm whose bits depend on where its bias starts (as cuBLAS's bf16 baddbmm
+    on an H200, at every row count): realigned, this machine's own path stays invariant; without
+    the realignment every path but one call per fresh row is refused."""
+    from bildlib.models import lean_common as LC
+
+    monkeypatch.setattr(LC, "_ATTEND", {})
+    q, k, b = torch.randn(2, 1, 8), torch.randn(2, 3, 8), torch.randn(2, 1, 3)
+    LC.attend(q, k, k, b)  # this machine's own choice
+    label = ("attention", "float32", 2, 8, "bias")
+    here = rowinv.CHOSEN[label].path
+    real = torch.baddbmm
+
+    def by_address(bias, a, bt):
+        s = real(bias, a, bt)
+        return s * (1 + 1e-6) if bias.data_ptr() % 16 else s
+
+    monkeypatch.setattr(torch, "baddbmm", by_address)
+    off = torch.empty(2 * 3 + 1)[1:].view(2, 1, 3).copy_(b)  # the same bias, 4 bytes past an allocation
+    assert not torch.equal(by_address(off, q, k.transpose(1, 2)), by_address(b, q, k.transpose(1, 2)))
+    monkeypatch.setattr(LC, "_ATTEND", {})
+    assert torch.equal(LC.attend(q, k, k, off), LC.attend(q, k, k, b))
+    assert rowinv.CHOSEN[label].path == here and rowinv.CHOSEN[label].invariant
+    monkeypatch.setattr(LC, "_aligned", lambda t: t)
+    monkeypatch.setattr(LC, "_ATTEND", {})
+    LC.attend(q, k, k, b)
+    assert rowinv.CHOSEN[label].path == "rowwise"
+
+
+def test_choices_on_a_gpu_are_kept_apart_and_named(monkeypatch):
+    """A product probed on a GPU is recorded under its device and summary() names the GPU, not
+    the CPU's ISA; a GPU weight's one candidate is cuBLAS's product, probed like the rest."""
+    from types import SimpleNamespace
+
+    t = torch.randn(24, 8)
+    rowinv.choose("rows_mm", (24, 8), {"bmm": lambda x: x @ t}, lambda f: True)
+    rowinv.choose("rows_mm", (24, 8), {"bmm": lambda x: x @ t}, lambda f: False, "cuda")
+    assert rowinv.CHOSEN[("rows_mm", 24, 8)].invariant and rowinv.CHOSEN[("rows_mm", 24, 8)].device == "cpu"
+    assert not rowinv.CHOSEN[("rows_mm", 24, 8, "cuda")].invariant
+    s = rowinv.summary()
+    assert s["isa"] == f"{rowinv.isa()}; {rowinv.gpu('cuda')}" and s["row_invariant"] is False
+    monkeypatch.setattr(rowinv, "CHOSEN", {})
+    rowinv.choose("rows_mm", (24, 8), {"bmm": lambda x: x @ t}, lambda f: True, "cuda")
+    assert rowinv.summary()["isa"] == rowinv.gpu("cuda")
+    assert LN.candidates(SimpleNamespace(device=torch.device("cuda"))) == [LN.MM]
+
+
 def test_causal_attention_refuses_a_kernel_that_sums_masked_keys_otherwise(monkeypatch):
     """attend_causal over an attention whose result depends on how many keys it sums, masked ones
     included (as bf16 attention did on an Intel Xeon): the probe refuses the one-call path, and

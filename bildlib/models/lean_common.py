@@ -131,17 +131,25 @@ def _causal_path(key: tuple):
         return True
 
     label = (str(dtype).removeprefix("torch."), H, dh, "causal")
-    return rowinv.choose("attention", label, {"masked": attend, "per-row": _per_row}, check)[1]
+    return rowinv.choose("attention", label, {"masked": attend, "per-row": _per_row}, check, device)[1]
 
 
 def _attend(q, k, v, bias) -> torch.Tensor:
     """attend's three plain ops: at the decoder's shapes (k and n small) torch's SDPA takes its
     math path at twice the cost (20 us against 10 per call), and bmm skips matmul's reshapes (6 us
-    against 10)."""
+    against 10). An operand that starts off a 16-byte boundary runs on an aligned copy: cuBLAS
+    picks its kernel by the operands' addresses, and on an H200 bf16 baddbmm over an unaligned
+    bias gave other bits than over the same values aligned, whatever the row count (figures/gpu)."""
+    q, k, v, bias = (_aligned(t) for t in (q, k, v, bias))
     s = torch.bmm(q, k.transpose(1, 2)) if bias is None else torch.baddbmm(bias, q, k.transpose(1, 2))
     if s.dtype != torch.float32:  # s: (H, k, n); the softmax runs in fp32
         return torch.bmm(torch.softmax(s, -1, dtype=torch.float32).to(v.dtype), v)
     return torch.bmm(torch.softmax(s, -1), v)  # (H, k, dh)
+
+
+def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
+    """t, or a copy of it in fresh (aligned) memory where its first element is off a 16-byte boundary."""
+    return t if t is None or t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.contiguous_format)
 
 
 _ATTEND: dict[tuple, object] = {}  # (dtype, device, H, dh, no bias, rowinv.FIRST_ONLY, threads) -> its path
@@ -169,7 +177,7 @@ def _attend_path(key: tuple):
         return not any(rowinv.probe(rows(f, kv), H * dh + H * kv.shape[2], dtype, device) for kv in kvs)
 
     label = (str(dtype).removeprefix("torch."), H, dh, "no bias" if no_bias else "bias")
-    return rowinv.choose("attention", label, rowinv.paths(_attend, 1, (0, 3)), check)[1]
+    return rowinv.choose("attention", label, rowinv.paths(_attend, 1, (0, 3)), check, device)[1]
 
 
 def act_fn(name: str):

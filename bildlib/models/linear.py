@@ -13,8 +13,9 @@ of a step*), fastest first, keeping only a product that is row-invariant on the 
 - `Float32`: a small bf16 weight as a float32 copy, one row at a time (`rows_mm`, a few us a
   call): bf16 inputs, float32 products and sums, one rounding to bf16, as bf16 torch.mm computes
   them, in another summation order (at most one bf16 rounding step apart).
-- `MM`: torch.mm on W's transposed view: CUDA, other dtypes, small float32 weights, a PyTorch
-  without oneDNN, or PACK off. On an Intel Xeon with AMX its float32 one-row product (gemv) has
+- `MM`: torch.mm on W's transposed view: other dtypes, small float32 weights, a PyTorch
+  without oneDNN, PACK off, or a GPU (probed there too; where cuBLAS's product is not
+  row-invariant, the choice says so and lossless BiLD does not call itself exact). On an Intel Xeon with AMX its float32 one-row product (gemv) has
   other bits than the same row among several, so there small float32 weights run Float32.
 - `Int8`: a weight of an int8 checkpoint (bildlib.quant), whose int8 codes and per-row scale
   the loader keeps on W (`_bild_int8`, models.load.keep_int8): torch's CPU int8 weight-only
@@ -38,20 +39,25 @@ MIN_PACKED = {torch.float32: 1 << 18, torch.bfloat16: 1 << 17}
 
 
 def linear(w: torch.Tensor) -> Packed | Float32 | MM | Int8:
-    """The product object for weight w (out, in) (module docstring). On a CPU: the first of
-    candidates(w) that is row-invariant on this machine at w's shape and dtype (rowinv.probe,
-    once per process and shape), Float32 (rows_mm, itself probed) last. Elsewhere, or with PACK
-    off: MM."""
-    if not PACK or w.device.type != "cpu":
+    """The product object for weight w (out, in) (module docstring): the first of candidates(w)
+    that is row-invariant on this machine and device at w's shape and dtype (rowinv.probe, once
+    per process and shape), Float32 (rows_mm, itself probed) last. With PACK off: MM."""
+    if not PACK:
         return MM(w)
     key = (tuple(w.shape), str(w.dtype).removeprefix("torch."))
     cands = {c.__name__: c for c in candidates(w)}
-    cls = rowinv.choose("linear", key, cands, lambda c: _invariant(c, w))[1]
+    cls = rowinv.choose("linear", key, cands, lambda c: _invariant(c, w), w.device.type)[1]
     return Int8(*w._bild_int8) if cls is Int8 else cls(w)
 
 
 def candidates(w: torch.Tensor) -> list[type]:
-    """The product classes for a CPU weight w, fastest first (module docstring)."""
+    """The product classes for weight w, fastest first (module docstring). On a GPU, cuBLAS's
+    product alone, probed and recorded. On an H200 in float32 it gave one row other bits alone
+    than among several at all 12 weight shapes of the shipped pair, and Float32's batched one-row
+    products did at 5 of them too, at a far higher cost; so lossless BiLD on a GPU says it is not
+    exact until the engine has row-invariant products there (docs/engines.md, *On a GPU*)."""
+    if w.device.type != "cpu":
+        return [MM]
     cands: list[type] = [Int8] if int8_ok(w) else []
     if w.dtype in MIN_PACKED and w.numel() >= MIN_PACKED[w.dtype] and onednn():
         cands.append(Packed)
@@ -60,7 +66,7 @@ def candidates(w: torch.Tensor) -> list[type]:
     return cands + [Float32]
 
 
-_INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype) -> probed row-invariant here
+_INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype, device) -> probed row-invariant here
 
 
 def _invariant(cls, w: torch.Tensor) -> bool:
@@ -68,7 +74,7 @@ def _invariant(cls, w: torch.Tensor) -> bool:
     at one thread and at this process's count (the object outlives a change of thread count).
     A product this machine cannot run counts as not invariant: under ONEDNN_MAX_CPU_ISA=AVX2,
     oneDNN refuses to pack a bf16 weight ("bf16 path needs the cpu support ...")."""
-    key = (cls, tuple(w.shape), w.dtype)
+    key = (cls, tuple(w.shape), w.dtype, w.device.type)
     if key not in _INVARIANT:
         out, n = w.shape
         try:
@@ -76,9 +82,12 @@ def _invariant(cls, w: torch.Tensor) -> bool:
             add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
             x = rowinv.sharp(w._bild_int8[0] if cls is Int8 else w, dtype=w.dtype)  # show a summation order
             xr = torch.cat([x, torch.randn(x.shape[0], out, generator=torch.Generator().manual_seed(0))], 1)
-            _INVARIANT[key] = rowinv.each_thread_count(
-                lambda: not (rowinv.probe(p, n, w.dtype, x0=x) or rowinv.probe(p.relu, n, w.dtype, x0=x)
-                             or rowinv.probe(add, n + out, w.dtype, x0=xr)))  # fmt: skip
+            def check() -> bool:
+                return not (rowinv.probe(p, n, w.dtype, w.device, x0=x) or
+                            rowinv.probe(p.relu, n, w.dtype, w.device, x0=x) or
+                            rowinv.probe(add, n + out, w.dtype, w.device, x0=xr))  # fmt: skip
+
+            _INVARIANT[key] = rowinv.each_thread_count(check) if w.device.type == "cpu" else check()
         except (RuntimeError, NotImplementedError) as e:
             rowinv.log.info("linear %s %s: %s unavailable (%s)", tuple(w.shape), w.dtype, cls.__name__, e)
             _INVARIANT[key] = False
@@ -166,7 +175,7 @@ def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
     def check(f) -> bool:
         return not any(rowinv.probe(over(f), x.shape[1], t.dtype, t.device, x0=x) for over, x in cases)
 
-    return rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check)[1]
+    return rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check, key[3])[1]
 
 
 class Packed:

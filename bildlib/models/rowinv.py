@@ -118,12 +118,13 @@ def at_least(f: Callable, R: int, dim: int = 0, rowed: tuple[int, ...] = (0,)) -
 
 
 def rowwise(f: Callable, dim: int = 0, rowed: tuple[int, ...] = (0,)) -> Callable:
-    """f over the rows of its `rowed` arguments (as at_least), one call per row on a contiguous
-    copy of that row."""
+    """f over the rows of its `rowed` arguments (as at_least), one call per row on a fresh
+    contiguous copy of that row (so every call's rows start where an allocation starts)."""
 
     def each(*args):
         k = args[rowed[0]].shape[dim]
-        return torch.cat([f(*_rows(args, rowed, dim, k, lambda a, i=i: a.narrow(dim, i, 1).contiguous()))
+        one = lambda a, i: a.narrow(dim, i, 1).clone(memory_format=torch.contiguous_format)  # noqa: E731
+        return torch.cat([f(*_rows(args, rowed, dim, k, lambda a, i=i: one(a, i)))
                           for i in range(k)], dim)  # fmt: skip
 
     return each
@@ -166,18 +167,21 @@ class Choice:
     path: str  # the chosen path's name
     invariant: bool  # False: no path was invariant here; the first one runs
     tried: tuple[str, ...]  # the paths refused before it
+    device: str = "cpu"  # where it was probed ("cpu", "cuda")
 
 
-CHOSEN: dict[tuple, Choice] = {}  # (kind, *shape key) -> Choice, for this process
+CHOSEN: dict[tuple, Choice] = {}  # (kind, *shape key[, device other than cpu]) -> Choice, for this process
 NOT_INVARIANT: set[tuple] = set()  # the keys of CHOSEN where no path was invariant
 FIRST_ONLY = False  # take each product's fastest path unprobed (first_only)
 
 
-def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callable[[Callable], bool]):
-    """The first of candidates (name -> path, fastest first) that check(path) finds invariant,
-    remembered under (kind, *key); if none is, the first, recorded as not invariant and logged.
-    Returns (name, path)."""
+def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callable[[Callable], bool],
+           device: str = "cpu"):  # fmt: skip
+    """The first of candidates (name -> path, fastest first) that check(path) finds invariant on
+    `device`, remembered under (kind, *key), device appended where it is not the CPU; if none is,
+    the first, recorded as not invariant and logged. Returns (name, path)."""
     names = list(candidates)
+    key = (*key, device) if device != "cpu" else key
     if FIRST_ONLY:  # the engine before the probe (bench.exactness's cost): nothing probed or recorded
         return names[0], candidates[names[0]]
     for i, name in enumerate(names):
@@ -185,11 +189,11 @@ def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callab
             if i:
                 _log_once(kind, f"{kind} {key}: {', '.join(names[:i])} not row-invariant on this machine; "
                                 f"using {name} (bildlib.models.rowinv)")  # fmt: skip
-            CHOSEN[(kind, *key)] = Choice(kind, name, True, tuple(names[:i]))
+            CHOSEN[(kind, *key)] = Choice(kind, name, True, tuple(names[:i]), device)
             return name, candidates[name]
     _log_once(kind, f"{kind} {key}: no row-invariant path on this machine ({', '.join(names)}); lossless "
                     "BiLD cannot be exact here (bildlib.models.rowinv)", logging.WARNING)  # fmt: skip
-    CHOSEN[(kind, *key)] = Choice(kind, names[0], False, tuple(names))
+    CHOSEN[(kind, *key)] = Choice(kind, names[0], False, tuple(names), device)
     NOT_INVARIANT.add((kind, *key))
     return names[0], candidates[names[0]]
 
@@ -219,13 +223,23 @@ def _log_once(kind: str, msg: str, level: int = logging.INFO) -> None:
 
 def summary() -> dict:
     """What this process chose: {"products": "linear Packed, Float32; rows_mm bmm>=2; ...",
-    "row_invariant": bool or None (nothing probed yet), "isa": the CPU and caps}."""
+    "row_invariant": bool or None (nothing probed yet), "isa": where the choices were probed: the
+    CPU's ISA and caps, and or the GPU}."""
     by_kind: dict[str, set[str]] = {}
     for c in CHOSEN.values():
         by_kind.setdefault(c.kind, set()).add(c.path if c.invariant else f"{c.path} (NOT invariant)")
     products = "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in sorted(by_kind.items()))
     inv = all(c.invariant for c in CHOSEN.values()) if CHOSEN else None
-    return {"products": products or "none probed", "row_invariant": inv, "isa": isa()}
+    devices = {c.device for c in CHOSEN.values()}
+    where = ([isa()] if not devices or "cpu" in devices else []) + [gpu(d) for d in sorted(devices - {"cpu"})]
+    return {"products": products or "none probed", "row_invariant": inv, "isa": "; ".join(where)}
+
+
+def gpu(device: str) -> str:
+    """A GPU's name and runtime, as summary() records it: "NVIDIA H200, CUDA 13.0"."""
+    if device == "cuda" and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
+    return device
 
 
 def exact_here() -> bool:
