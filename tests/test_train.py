@@ -261,3 +261,36 @@ def test_every_training_target_names_a_device(device):
                          cwd=T.checkpoint_path("."), check=True).stdout  # fmt: skip
     lines = [x for x in out.splitlines() if "bildlib.train " in x]
     assert len(lines) >= 9 and all(f"--device {device or 'auto'}" in x for x in lines), lines
+
+
+def test_a_finished_run_is_reused_only_while_its_files_check_out(tmp_path, capsys, multi30k_dir):
+    """A run's folder is sealed (data.artifacts): a card beside it is fine, and a run that finds it
+    finished trains nothing; a truncated weights file is named and the run starts over. A folder
+    from before runs were sealed is sealed as found while its weights load, and removed if not."""
+    import shutil
+
+    from bildlib.data import artifacts
+    from bildlib.train import loop
+
+    cfg = tiny(tmp_path, "run", epochs=2, n_train=16)
+    first = T.train(cfg, progress=False)
+    out = T.checkpoint_path(cfg.out)
+    (out / "README.md").write_text("a card\n")  # what make models-student adds beside the weights
+    assert T.train(cfg, progress=False)["epochs"] == first["epochs"]  # finished: nothing trained
+    assert "training it again" not in capsys.readouterr().out
+    f = out / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-100])
+    log = T.train(cfg, progress=False)
+    said = capsys.readouterr().out
+    assert f"{f} has" in said and "training it again from the start" in said
+    assert [e["epoch"] for e in log["epochs"]] == [1, 2] and not artifacts.check(out)
+
+    legacy, state = tmp_path / "legacy", tmp_path / "legacy.resume" / "state.pt"
+    shutil.copytree(out, legacy)
+    (legacy / artifacts.MANIFEST).unlink()
+    loop.verified(legacy, state)
+    assert "sealed as found" in capsys.readouterr().out and not artifacts.check(legacy)
+    (legacy / artifacts.MANIFEST).unlink()
+    (legacy / "model.safetensors").write_bytes(b"\x00" * 10)
+    loop.verified(legacy, state)
+    assert f"{legacy / 'model.safetensors'} does not load" in capsys.readouterr().out and not legacy.exists()

@@ -16,23 +16,27 @@ from bildlib.data import sha256
 MANIFEST = "MANIFEST.json"
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+def _files(folder: Path, besides: tuple[str, ...] = ()) -> list[Path]:
+    """folder's files but its manifest and those named in besides (at its top level)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST
+                  and str(p.relative_to(folder)) not in besides)  # fmt: skip
 
 
-def seal(folder: str | Path) -> dict:
-    """Write folder/MANIFEST.json: {relative path: {"bytes", "sha256"}} of every file in it."""
+def seal(folder: str | Path, besides: tuple[str, ...] = ()) -> dict:
+    """Write folder/MANIFEST.json: {relative path: {"bytes", "sha256"}} of every file in it, but
+    those named in besides (files other than the build's that may come and go beside it: a card)."""
     folder = Path(folder)
     doc = {str(f.relative_to(folder)): {"bytes": f.stat().st_size, "sha256": sha256(f)}
-           for f in _files(folder)}  # fmt: skip
+           for f in _files(folder, besides)}  # fmt: skip
     tmp = folder / f".{MANIFEST}.part"
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     tmp.replace(folder / MANIFEST)
     return doc
 
 
-def check(folder: str | Path) -> str:
-    """"" when every file of folder is as its manifest says; else why not, naming the file."""
+def check(folder: str | Path, besides: tuple[str, ...] = ()) -> str:
+    """"" when every file of folder is as its manifest says, and it holds no other (but those
+    named in besides); else why not, naming the file."""
     folder = Path(folder)
     m = folder / MANIFEST
     if not m.is_file():
@@ -49,7 +53,8 @@ def check(folder: str | Path) -> str:
             return f"{f} has {f.stat().st_size} bytes, {want['bytes']} when it was built"
         if sha256(f) != want["sha256"]:
             return f"{f} changed since it was built (SHA-256 differs)"
-    if extra := [str(f.relative_to(folder)) for f in _files(folder) if str(f.relative_to(folder)) not in doc]:
+    rel = [str(f.relative_to(folder)) for f in _files(folder, besides)]
+    if extra := [r for r in rel if r not in doc]:
         return f"{folder} holds files it was not built with: {', '.join(extra[:3])}"
     return ""
 

@@ -6,10 +6,12 @@ import copy
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
+import safetensors.torch
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
@@ -18,6 +20,7 @@ from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 from bildlib import data
 from bildlib.analysis import metrics
 from bildlib.analysis.evaluate import machine, translate
+from bildlib.data import artifacts
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
 from bildlib.models.pet import PetConfig, PetT5
 from bildlib.train import causal, distill, topk, warmup
@@ -107,6 +110,33 @@ def save_checkpoint(model, tok, out: Path, dtype: str) -> None:
             os.replace(f, out / f.name)
 
 
+CARD = ("README.md", "card.json")  # what a model card build adds beside the weights (reports.cards)
+
+
+def verified(out: Path, resume: Path) -> None:
+    """Reuse a checkpoint folder an earlier run left only while its files are as that run sealed
+    them (data.artifacts), or, from before runs were sealed, while its weights load (then sealed).
+    Otherwise say which file and why, and remove it and its resume state: the run starts over."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    why = artifacts.check(out, besides=CARD)
+    if why and not (out / artifacts.MANIFEST).exists():
+        for f in sorted(out.glob("*.safetensors")):
+            try:
+                safetensors.torch.load_file(f)
+            except Exception as e:  # noqa: BLE001 -- a damaged file: rebuilt below, the reason said
+                why = f"{f} does not load ({type(e).__name__}: {e})"
+                break
+        else:
+            artifacts.seal(out, besides=CARD)
+            print(f"{out.name}: sealed as found (its weights load; it was built before runs were sealed)")
+            return
+    if why:
+        print(f"{out.name}: {why}; training it again from the start")
+        shutil.rmtree(out)
+        shutil.rmtree(resume.parent, ignore_errors=True)
+
+
 def _atomic_write(path: Path, text: str) -> None:
     with data.atomic_path(path) as tmp:
         tmp.write_text(text)
@@ -119,6 +149,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
     device = resolve_device(cfg.device)
     out = checkpoint_path(cfg.out)
     resume = out.with_name(out.name + ".resume") / "state.pt"
+    verified(out, resume)
     tok = load_tokenizer(cfg.init_from or checkpoint_path(cfg.tokenizer))
     lm = cfg.arch == "gpt2"  # a decoder-only LM (train.causal): texts, not (source, target)
     tok = causal.lm_tokenizer(tok) if lm else tok
@@ -237,6 +268,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
             save_checkpoint(model, tok, out, cfg.save_dtype)
         log["wall_s"] = round(sum(r["wall_s"] for r in log["epochs"]), 1)
         _atomic_write(out / "train_log.json", json.dumps(log, indent=1) + "\n")
+        artifacts.seal(out, besides=CARD)  # what a later run reuses (verified)
         state = {
             "config": dataclasses.asdict(cfg),
             "model": model.state_dict(),
