@@ -75,7 +75,7 @@ def test_sharp_rows_show_a_summation_order_that_bf16_rounding_hides():
     x = rowinv.sharp(m)
     assert x.shape == (rowinv.ROWS, 40)
     bad = rowinv.probe(f, 40, torch.bfloat16, x0=x)
-    assert {k for _, k, _ in bad} == {1} and len(bad) >= rowinv.ROWS  # most of the 32 one-row calls
+    assert {k for _, k, _ in bad} == {1} and len(bad) >= rowinv.ROWS  # most of the 18 one-row calls
     same = lambda x: torch.stack([in_order(r, m, range(40)) for r in x]).bfloat16()  # noqa: E731
     assert rowinv.probe(same, 40, torch.bfloat16, x0=x) == []  # an invariant product passes
 

@@ -15,8 +15,9 @@ of a step*), fastest first, keeping only a product that is row-invariant on the 
   them, in another summation order (at most one bf16 rounding step apart).
 - `MM`: torch.mm on W's transposed view: other dtypes, small float32 weights, a PyTorch
   without oneDNN, PACK off, or a GPU (probed there too; where cuBLAS's product is not
-  row-invariant, the choice says so and lossless BiLD does not call itself exact). On an Intel Xeon with AMX its float32 one-row product (gemv) has
-  other bits than the same row among several, so there small float32 weights run Float32.
+  row-invariant, the choice says so and lossless BiLD does not call itself exact). On an Intel
+  Xeon with AMX its float32 one-row product (gemv) has other bits than the same row among
+  several, so there small float32 weights run Float32.
 - `Int8`: a weight of an int8 checkpoint (bildlib.quant), whose int8 codes and per-row scale
   the loader keeps on W (`_bild_int8`, models.load.keep_int8): torch's CPU int8 weight-only
   kernel (`torch._weight_int8pack_mm`), in bf16. Faster than the packed bf16 product at one row,
@@ -70,7 +71,8 @@ _INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype, device) -> probed ro
 
 
 def _invariant(cls, w: torch.Tensor) -> bool:
-    """Whether cls's product, relu and residual add over w are row-invariant here (rowinv.probe),
+    """Whether cls's product, its relu (where that is a kernel of its own) and its residual add
+    over w are row-invariant here (rowinv.probe),
     at one thread and at this process's count (the object outlives a change of thread count).
     A product this machine cannot run counts as not invariant: under ONEDNN_MAX_CPU_ISA=AVX2,
     oneDNN refuses to pack a bf16 weight ("bf16 path needs the cpu support ...")."""
@@ -82,9 +84,9 @@ def _invariant(cls, w: torch.Tensor) -> bool:
             add = lambda xr: p.add(xr[:, :n].contiguous(), xr[:, n:].contiguous())  # noqa: E731
             x = rowinv.sharp(w._bild_int8[0] if cls is Int8 else w, dtype=w.dtype)  # show a summation order
             xr = torch.cat([x, torch.randn(x.shape[0], out, generator=torch.Generator().manual_seed(0))], 1)
-            def check() -> bool:
+            def check() -> bool:  # relu only where it is a kernel of its own (else p's bits, relu'd)
                 return not (rowinv.probe(p, n, w.dtype, w.device, x0=x) or
-                            rowinv.probe(p.relu, n, w.dtype, w.device, x0=x) or
+                            (cls.OWN_RELU and rowinv.probe(p.relu, n, w.dtype, w.device, x0=x)) or
                             rowinv.probe(add, n + out, w.dtype, w.device, x0=xr))  # fmt: skip
 
             _INVARIANT[key] = rowinv.each_thread_count(check) if w.device.type == "cpu" else check()
@@ -96,6 +98,7 @@ def _invariant(cls, w: torch.Tensor) -> bool:
 
 class MM:
     __slots__ = ("t",)
+    OWN_RELU = False  # relu(x) is relu_ on __call__(x)'s result, so it has its bits where they are invariant
 
     def __init__(self, w: torch.Tensor):
         self.t = w.t()  # (in, out) view, no copy
@@ -180,6 +183,7 @@ def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
 
 class Packed:
     __slots__ = ("p",)
+    OWN_RELU = True  # relu fused into oneDNN's product: another primitive, probed on its own
 
     def __init__(self, w: torch.Tensor):
         self.p = packed(w)
@@ -210,6 +214,7 @@ def int8_ok(w: torch.Tensor) -> bool:
 
 class Int8:
     __slots__ = ("q", "s")
+    OWN_RELU = False
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor):
         self.q = q.contiguous()  # (out, in) int8

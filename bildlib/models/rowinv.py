@@ -47,7 +47,8 @@ def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dt
           x0: torch.Tensor | None = None) -> list[tuple]:  # fmt: skip
     """Where f, a product over rows ((k, width) -> (k, ...)), is not row-invariant: each
     (offset, k, start) whose k-row call on rows [start, start + k) differs in any bit from those
-    rows of one aligned `rows`-row call, for k = 1..rows (k = 1 at every row); offset 1: the same
+    rows of one aligned `rows`-row call, for k = 1..rows (k = 1 at every row of the aligned
+    buffer, and at its first and last row off it); offset 1: the same
     rows copied one element past a (16-byte aligned) buffer's start. The rows: x0 (rows, width)
     when given (sharp's, for a product whose matrix is known), else random normal ones. An empty
     list: invariant at this width."""
@@ -62,8 +63,10 @@ def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dt
         buf = torch.empty(rows * width + 1, device=device, dtype=dtype)
         x = buf[off : off + rows * width].view(rows, width).copy_(x0)
         for k in range(1, rows + 1):
-            # the first rows aligned, the last rows not; one row alone from every start
-            for start in range(rows) if k == 1 else [0 if off == 0 else rows - k]:
+            # the first rows aligned, the last rows not; one row alone from every start of the
+            # aligned buffer (each sharp row shows its own output's order), off it the first and last
+            singles = range(rows) if off == 0 else (0, rows - 1)
+            for start in singles if k == 1 else [0 if off == 0 else rows - k]:
                 if not torch.equal(f(x[start : start + k]), full[start : start + k]):
                     bad.append((off, k, start))
     return bad
