@@ -67,13 +67,18 @@ def test_without_cuda_it_lists_its_plan_and_refuses_at_once(monkeypatch, capsys)
 
 def test_parts_on_cpu(tmp_path):
     """Every part but the kernels' benchmark (CUDA only) runs on CPU, and the folder renders."""
-    check.main(["--device", "cpu", "--out", str(tmp_path), "--parts", "fig4", "steps", "--fig4-n", "3",
-                "--rounds", "1"])
+    check.main(["--device", "cpu", "--out", str(tmp_path), "--parts", "fig4", "steps", "probes",
+                "--fig4-n", "3", "--rounds", "1"])
     steps = pd.read_csv(tmp_path / "steps.csv")
     assert set(steps["engine"]) == {"hf", "lean"} and set(steps["dtype"]) == {"float32", "bfloat16"}
     t1 = pd.read_csv(tmp_path / "fig4_table1.csv")
     assert {"model", "regime", "speedup"} <= set(t1.columns) and t1["n"].eq(3).all()
     assert "Table 1 from fig4's sweep" in (tmp_path / "summary.md").read_text()
+    pr = pd.read_csv(tmp_path / "probes.csv")  # this machine's choices: every kind, each dtype
+    assert set(pr["kind"]) == {"linear", "rows_mm", "attention"} and pr["invariant"].all(), pr
+    assert {"float32", "bfloat16"} <= {k.split()[-1].strip("'()") for k in pr[pr["kind"] == "linear"]["key"]}
+    assert "Row invariance on this GPU" in (tmp_path / "summary.md").read_text()
+    assert "have a row-invariant path; those without one: none." in render._probes(tmp_path)[1]
 
 
 def test_dryrun_part_writes_its_table_and_fails_naming_the_run(tmp_path, monkeypatch):

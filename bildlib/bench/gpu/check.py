@@ -40,6 +40,8 @@ PLAN = {  # part: what it runs and writes (the kernel tests run before, from the
     "float32 and bfloat16, CUDA synchronised (bildlib.bench.callbench) -> steps.csv",
     "fig4": "fig4's sweep (experiments.sweep, as notebooks/fig4 runs it) on the shipped pair, the first 50 "
     "val sentences, α_FB 0.3 and 0.5, α_RB 1, into a temporary cache -> fig4_table1.csv, fig4_checks.json",
+    "probes": "the row-invariance probe's choice for each product of the shipped pair's lean engine on "
+    "this device, float32 and bfloat16 (models.rowinv): path, invariant or not, paths refused -> probes.csv",
     "lossless": "lossless BiLD (distance='exact') against vanilla greedy and BiLD at its default "
     "thresholds, the first n val sentences, each dtype and engine, interleaved -> bild.csv",
     "dryrun": "the paper presets' dry run (experiments.paper.dryrun, its covering plan: every notebook "
@@ -94,6 +96,27 @@ def fig4(device, out: Path, n: int = 50) -> pd.DataFrame:
     save_table(table.assign(**A.run_info(s)), "fig4_table1", out)  # as notebooks/fig4 writes table1.csv
     notebook.save_checks(notebook.sweep_checks(s, df), "fig4", out)
     return table
+
+
+def probes(device, out: Path) -> pd.DataFrame:
+    """probes.csv: what models.rowinv chose on `device` in this process, after loading the shipped
+    pair's lean engine in each dtype and decoding one sentence (attention chooses at its first
+    call): each product's kind and key, the path taken, whether it is invariant, those refused."""
+    from bildlib import decoding as D
+    from bildlib.experiments.presets import PRESETS
+    from bildlib.models import load_pair, rowinv
+    from bildlib.plots import save_table
+
+    p = PRESETS["multi30k"]
+    for dtype in ("float32", "bfloat16"):
+        small, large = load_pair(p.model("aligned"), p.model("large"), device, dtype, "lean")
+        D.bild(small, large, small.encode("Ein Mann fährt Fahrrad."), distance="exact")
+    rows = [{"kind": c.kind, "key": " ".join(map(str, key[1:-1] if c.device != "cpu" else key[1:])),
+             "path": c.path, "invariant": c.invariant, "refused": " ".join(c.tried) if c.invariant else "all"}
+            for key, c in rowinv.CHOSEN.items() if c.device == device.type]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["kind", "key", "path", "invariant", "refused"])
+    save_table(df, "probes", out)
+    return df
 
 
 def dryrun(device, out: Path) -> pd.DataFrame:
@@ -160,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(steps(device, out, a.rounds).round(3).to_string(index=False), flush=True)
             elif part == "fig4":
                 print(fig4(device, out, a.fig4_n).to_string(index=False), flush=True)
+            elif part == "probes":
+                print(probes(device, out).to_string(index=False), flush=True)
             elif part == "lossless":
                 lossless(device, a.n, a.warmup, out=out)
             elif part == "dryrun":

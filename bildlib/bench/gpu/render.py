@@ -23,7 +23,8 @@ def summary(out: Path) -> str:
               "fig4_table1.csv": "Table 1 from fig4's sweep on this GPU",
               "kernels.csv": "Policy kernels: torch eager against Triton (microseconds)",
               "lut.csv": "SqueezeLLM's matrix-vector product: Triton LUT against torch bf16 (microseconds)",
-              "dryrun.csv": "The paper presets' dry run on this GPU (random models, n = 2)"}  # fmt: skip
+              "dryrun.csv": "The paper presets' dry run on this GPU (random models, n = 2)",
+              "probes.csv": "Row invariance on this GPU: the probe's choice per product"}  # fmt: skip
     if bad := failed(out):
         lines += ["**Parts that failed on this run** (their tables are absent or older): "
                   + "; ".join(f"`{b}`" for b in bad) + ".", ""]
@@ -74,6 +75,7 @@ def block(root: Path, folder: str = FOLDER) -> str:
         _fig4(root, folder) if (out / "fig4_table1.csv").exists() else []) + (
         _dryrun(out) if (out / "dryrun.csv").exists() else []) + (  # parts an older run lacks
         _lut(out) if (out / "lut.csv").exists() else []) + (
+        _probes(out) if (out / "probes.csv").exists() else []) + (
         ["", "**Parts that failed on this run:** " + "; ".join(f"`{b}`" for b in bad) + "."] if bad else [])
     return "\n".join([
         f"Run {m['date']} on one {m['device']} (CUDA {m['cuda']}, torch {v['torch']}, Triton {v['triton']}, "
@@ -150,3 +152,14 @@ def _lut(out: Path) -> list[str]:
     return ["", "**SqueezeLLM's matrix-vector product** (kernels/triton_lut.py; docs/quantization.md), "
             "microseconds per call for one row of x, medians of CUDA-event timings:", "",
             md_table(["W (out × in)", *(name[c] for c in cols)], rows)]  # fmt: skip
+
+
+def _probes(out: Path) -> list[str]:
+    """The row-invariance probe's choices on the GPU, from probes.csv: how many products are
+    invariant, and those that are not."""
+    t = pd.read_csv(out / "probes.csv", dtype={"refused": str})
+    bad = t[~t["invariant"].astype(bool)]
+    said = "; ".join(f"{r.kind} {r.key}" for r in bad.itertuples()) or "none"
+    return ["", f"**Row invariance on the GPU** (models.rowinv's probe, the shipped pair's lean engine in "
+                f"float32 and bfloat16): {len(t) - len(bad)} of {len(t)} products have a row-invariant path; "
+                f"those without one: {said}."]  # fmt: skip
