@@ -72,8 +72,8 @@ _INVARIANT: dict[tuple, bool] = {}  # (class, shape, dtype, device) -> probed ro
 
 def _invariant(cls, w: torch.Tensor) -> bool:
     """Whether cls's product, its relu (where that is a kernel of its own) and its residual add
-    over w are row-invariant here (rowinv.probe),
-    at one thread and at this process's count (the object outlives a change of thread count).
+    over w are row-invariant here (rowinv.probe), on a CPU at one thread and at this process's
+    count (the object outlives a change of thread count).
     A product this machine cannot run counts as not invariant: under ONEDNN_MAX_CPU_ISA=AVX2,
     oneDNN refuses to pack a bf16 weight ("bf16 path needs the cpu support ...")."""
     key = (cls, tuple(w.shape), w.dtype, w.device.type)
