@@ -44,6 +44,9 @@ def test_notebook_is_clean_and_parameterised(name):
         if c["cell_type"] == "code":
             assert c["outputs"] == [] and c["execution_count"] is None, "strip outputs before committing"
     params = papermill.inspect_notebook(str(path))
+    from bildlib import notebook
+
+    assert {k: dict(v) for k, v in params.items()} == notebook.parameters(name)  # the kernels' own reading
     cached = () if name == "tutorial" else ("results_dir",)  # the tutorial caches nothing
     for p in ("preset", "split", "n_examples", "device", "dtype", "threads", "out_dir", *cached):
         assert p in params

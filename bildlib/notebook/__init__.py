@@ -8,10 +8,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import io
 import json
 import os
 import platform
 import subprocess
+import tokenize
 from pathlib import Path
 
 from bildlib import REPO_ROOT, repo_relative
@@ -29,12 +31,26 @@ TYPES = {"str": str, "int": int, "float": int | float, "bool": bool, "list": lis
 
 @functools.cache
 def parameters(name: str) -> dict:
-    """papermill's reading of notebooks/<name>.ipynb's parameters cell: {parameter: {name,
-    inferred_type_name, default, help}}; read once per process (check_parameters and outputs
-    both need it)."""
-    import papermill
-
-    return papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+    """notebooks/<name>.ipynb's parameters cell as papermill.inspect_notebook reads it: {parameter:
+    {name, inferred_type_name, default, help}}; read once per process (check_parameters and outputs
+    both need it). Read here with ast and tokenize, not by importing papermill: that import costs
+    each notebook's kernel about 2 s (nbformat's jsonschema compiles its format grammars), and
+    tests/test_notebooks.py checks that both readings agree on every notebook."""
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    cell = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cell) != 1:
+        raise ValueError(f"notebooks/{name}.ipynb: expected one cell tagged parameters, found {len(cell)}")
+    src = "".join(cell[0]["source"])
+    comments = {t.start[0]: t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                if t.type == tokenize.COMMENT}  # fmt: skip
+    out = {}
+    for node in ast.parse(src).body:  # name: type = default  # help
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            k = node.target.id
+            help_ = comments.get(node.end_lineno, "#")[1:].strip()
+            out[k] = {"name": k, "inferred_type_name": ast.unparse(node.annotation),
+                      "default": ast.get_source_segment(src, node.value), "help": help_}  # fmt: skip
+    return out
 
 
 def defaults(name: str) -> dict:
