@@ -142,7 +142,7 @@ def test_every_decoder_gives_the_same_tokens_on_both_engines(kind):
     check_pair(s_hf, l_hf)
     check_pair(s_lean, l_lean)
     rollbacks = 0
-    for src in sources(12, seed=5):
+    for src in sources(8, seed=5):  # 9 decoders each, on both engines
         a, b = _decoders(s_hf, l_hf, src), _decoders(s_lean, l_lean, src)
         for name in a:
             assert b[name][0] == a[name][0], name
@@ -163,7 +163,7 @@ def test_every_decoder_gives_the_same_tokens_on_both_engines_on_the_shipped_pair
     check_pair(s_hf, l_hf)
     check_pair(s_lean, l_lean)
     kw = {"max_new_tokens": 64}
-    for s in data.load("multi30k", "val", 30).sources:
+    for s in data.load("multi30k", "val", 20).sources:
         src = tok(s)["input_ids"]
         for run in (
             lambda a, b, x: D.vanilla(b, x, **kw),
