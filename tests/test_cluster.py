@@ -135,7 +135,8 @@ def test_ray_sweep_in_two_shards_equals_local(ray2, tmp_path, capsys):
     own_baselines_hold(rayed)
 
 
-KILL = dict(RUN, n_examples=12, warmup=0, flush_every=2)
+N_KILL = 8  # examples a job: shard 1 flushes every 2 and is killed before its last
+KILL = dict(RUN, n_examples=N_KILL, warmup=0, flush_every=2)
 
 
 def sweep_and_kill_shard_1(results, retries: int) -> tuple[dict, int]:
@@ -170,12 +171,12 @@ def sweep_and_kill_shard_1(results, retries: int) -> tuple[dict, int]:
     return out, victim
 
 
-TOTAL = 12 * 7  # 2 baselines + 5 configurations, 12 examples each
+TOTAL = N_KILL * 7  # 2 baselines + 5 configurations, N_KILL examples each
 
 
 def all_rows_once(df: pd.DataFrame, results) -> None:
     assert len(df) == TOTAL and not df.duplicated(["label", "id"]).any()
-    assert df.groupby("label")["id"].apply(sorted).map(lambda ids: ids == list(range(12))).all()
+    assert df.groupby("label")["id"].apply(sorted).map(lambda ids: ids == list(range(N_KILL))).all()
     assert not list((results / "multi30k").glob("*.partial.parquet"))
 
 
@@ -185,7 +186,7 @@ def test_killed_worker_then_rerun_recomputes_only_the_lost_rows(ray2, tmp_path):
     assert isinstance(out.get("error"), cluster.ShardFailedError), out
     assert "1 of 2 shards failed" in str(out["error"])
     on_disk = sum(len(pd.read_parquet(f)) for f in (tmp_path / "multi30k").glob("*.parquet"))
-    assert 12 * 4 < on_disk < TOTAL  # shard 0 (4 jobs) whole, shard 1 (3 jobs) in part: what it flushed
+    assert N_KILL * 4 < on_disk < TOTAL  # shard 0 (4 jobs) whole, shard 1 (3 jobs) in part: what it flushed
 
     again = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=0, results=tmp_path, **KILL)
     assert again.attrs["decoded"] == {0: 0, 1: TOTAL - on_disk}  # only the lost shard's missing rows
@@ -200,4 +201,4 @@ def test_a_killed_worker_is_retried_and_resumes(ray2, tmp_path):
     all_rows_once(df, tmp_path)
     shard1 = df[df["shard"] == 1]
     assert shard1["worker"].nunique() == 2 and f":{victim}" in " ".join(shard1["worker"])  # dead, then retry
-    assert 0 < df.attrs["decoded"][1] < 12 * 3  # the retry resumed: fewer decodes than the whole shard
+    assert 0 < df.attrs["decoded"][1] < N_KILL * 3  # the retry resumed: fewer decodes than the whole shard
