@@ -32,7 +32,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -c constraints.txt
 	$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) --display-name "bildlib ($(CURDIR))"
+	@# git's stat data first, while no filter is set: in a fresh clone every file is racily clean
+	@# (written in the second the index was), and the first `git status` (each checks file's code
+	@# state) would run nbstripout on each notebook, about 30 s on the Intel Xeon
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  git update-index -q --refresh >/dev/null || true; \
 	  $(BIN)/nbstripout --install --attributes "$$(git rev-parse --git-path info/attributes)" && \
 	  git config filter.nbstripout.clean "$(abspath $(BIN))/python -m nbstripout $(NBSTRIP)" && \
 	  git config diff.ipynb.textconv "$(abspath $(BIN))/python -m nbstripout -t $(NBSTRIP)"; fi
