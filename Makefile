@@ -54,7 +54,7 @@ lint: $(STAMP)
 
 # pytest exits non-zero on any failure and with 5 when it collected no test: both fail `make`.
 # make test leaves out the long end-to-end runs (marker e2e), each of which has a faster path in it;
-# make test-e2e runs those (the paper presets' covering dry run, mT5-large's real-shape step).
+# make test-e2e runs those (the paper presets' covering dry run, full-depth mT5-large and T5-large steps).
 test: lint
 	$(BIN)/pytest -m "not e2e"
 
