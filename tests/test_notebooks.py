@@ -352,6 +352,22 @@ def test_no_notebook_run_writes_to_figures_unless_asked(capsys, monkeypatch, tmp
         assert notebook.outputs(name, notebook.defaults(name)).is_relative_to(REPO_ROOT / "build")
 
 
+@pytest.mark.parametrize("name", [*NOTEBOOKS, "tutorial", "table2_lm"])
+def test_each_notebook_refuses_figures_as_out_dir_before_it_computes(name, tmp_path, monkeypatch):
+    """The notebook's own cells, out_dir injected after its parameters cell as papermill does
+    (`-p out_dir figures`, without make's BILD_PUBLISH): refused, out_dir named, nothing computed."""
+    from bildlib import notebook
+    from bildlib.experiments.paper import dryrun
+
+    monkeypatch.delenv(notebook.PUBLISH, raising=False)
+    cached = {} if name == "tutorial" else {"results_dir": str(tmp_path / "res")}
+    built = {"small_models": TRIAL, "quantized": {"labels": ["bf16"], "timed": []},  # models this clone has
+             "pet": {"runs": {"none": TRIAL["candidates"]["small"]}}}.get(name, {})  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape("out_dir='figures': figures/ holds the committed")):
+        dryrun.execute(name, {"out_dir": "figures", "n_examples": 2} | cached | built)
+    assert not (tmp_path / "res").exists()
+
+
 def test_tables_show_compact_and_keep_what_varies():
     from bildlib import notebook
 
