@@ -33,8 +33,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -c constraints.txt
 	$(BIN)/python -m ipykernel install --user --name $(KERNEL_NAME) --display-name "bildlib ($(CURDIR))"
 	@# git's stat data first, while no filter is set: in a fresh clone every file is racily clean
-	@# (written in the second the index was), and the first `git status` (each checks file's code
-	@# state) would run nbstripout on each notebook, about 30 s on the Intel Xeon
+	@# (written in the second the index was), and the first `git status` (a checks file's code
+	@# state runs one) would run nbstripout on each notebook, about 30 s on the Intel Xeon
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
 	  git update-index -q --refresh >/dev/null || true; \
 	  $(BIN)/nbstripout --install --attributes "$$(git rev-parse --git-path info/attributes)" && \

@@ -313,7 +313,7 @@ def test_a_missing_early_exit_model_names_the_command_that_builds_it(tmp_path):
 
     params = {"results_dir": str(tmp_path / "res"), "out_dir": str(tmp_path / "fig"),
               "checkpoints": {"ee": "data/checkpoints/not-built-ee"}}  # fmt: skip
-    with pytest.raises(Exception, match="make models-ee"):
+    with pytest.raises(FileNotFoundError, match="make models-ee"):
         dryrun.execute("fig6", params)
     assert not (tmp_path / "res").exists()  # it stopped before computing anything
 
