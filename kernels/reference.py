@@ -117,3 +117,42 @@ def lut_matvec_ref(x, packed, table, n: int, sparse_idx=None, sparse_val=None) -
         r, c = sparse_idx
         y.index_add_(1, r, x.float()[:, c] * sparse_val.float())  # (k, nnz) into their rows
     return y
+
+
+# -- the decoder step's products (triton_rowinv's references; also the static engine's CPU path) --
+def mm_ref(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", other=None) -> torch.Tensor:
+    """x (M, K) @ w (N, K)^T in float32, the epilogue ("add" / "mul" with other, "relu",
+    "gelu_tanh") before one rounding to x's dtype."""
+    y = x.float() @ w.float().t()
+    if epilogue == "add":
+        y = y + other.float()
+    elif epilogue == "mul":
+        y = y * other.float()
+    elif epilogue == "relu":
+        y = torch.relu(y)
+    elif epilogue == "gelu_tanh":
+        y = torch.nn.functional.gelu(y, approximate="tanh")
+    return y.to(x.dtype)
+
+
+def rms_norm_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """T5's RMS norm (HF's T5LayerNorm): float32 statistics, rounded to w's dtype, then scaled."""
+    xf = x.float()
+    h = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(w.dtype)
+
+
+def attention_ref(q, k, v, pos, n_keys=None, bias=None) -> torch.Tensor:
+    """triton_rowinv.attention in float32 torch: q (H, M, dh) at positions pos + [0, M) over k, v
+    (H, T, dh); causal when n_keys is None, else the first n_keys[0] keys; bias (H, T_q, T) read at
+    [h, pos + row, t]. pos and n_keys are (1,) device tensors: no host sync, so it traces whole."""
+    H, M, _ = q.shape
+    T = k.shape[1]
+    t = torch.arange(T, device=q.device)
+    rows = pos + torch.arange(M, device=q.device)  # (M,) positions of the query rows
+    see = t[None, :] <= rows[:, None] if n_keys is None else (t < n_keys).expand(M, T)  # (M, T)
+    s = q.float() @ k.float().transpose(1, 2)  # (H, M, T)
+    if bias is not None:
+        s = s + bias.index_select(1, rows.clamp(max=bias.shape[1] - 1)).float()
+    s = s.masked_fill(~see, float("-inf"))
+    return (torch.softmax(s, -1) @ v.float()).to(q.dtype)

@@ -1,0 +1,108 @@
+"""The row-invariant step kernels (kernels/triton_rowinv.py) against their torch references, and for
+row invariance: a row's bits alone equal its bits among 1..16 rows at any place. On CPU under
+TRITON_INTERPRET=1; on a GPU with BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 (make gpu-check)."""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[cuda]'); kernels untested")
+
+from bildlib.kernels import reference as R  # noqa: E402
+from bildlib.kernels import triton_rowinv as T  # noqa: E402
+
+DEV = os.environ.get("BILD_KERNEL_TEST_DEVICE", "cpu")
+DTYPES = [torch.float32, torch.bfloat16]
+TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+
+
+def rand(*shape, dtype=torch.float32, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
+
+
+# (M, N, K): irregular widths; N 40 with K 600 cuts K into slices (the second kernel's path)
+MM_SHAPES = [(1, 7, 13), (5, 100, 200), (16, 33, 64), (3, 40, 600), (17, 70, 130)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("M,N,K", MM_SHAPES)
+@pytest.mark.parametrize("epi", T.EPILOGUES)
+def test_mm_matches_reference(M, N, K, epi, dtype):
+    x, w = rand(M, K, dtype=dtype), rand(N, K, dtype=dtype, seed=1, scale=K**-0.5)
+    other = rand(M, N, dtype=dtype, seed=2) if epi in ("add", "mul") else None
+    torch.testing.assert_close(T.mm(x, w, epi, other), R.mm_ref(x, w, epi, other), **TOL[dtype])
+
+
+def test_mm_split_path_is_taken():
+    """The (40, 600) weight has 2 column tiles: its inner dimension is cut into slices."""
+    bn, bk = T._tiles(40, 600)
+    assert T._split(40, 600, bn, bk) > 1 and T._split(8000, 128, *T._tiles(8000, 128)) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("N,K", [(100, 200), (40, 600), (700, 48)])
+def test_mm_is_row_invariant(N, K, dtype):
+    """Each row of a 16-row call, alone and in every prefix 1..16, has the same bits."""
+    x, w = rand(16, K, dtype=dtype, seed=3), rand(N, K, dtype=dtype, seed=4, scale=K**-0.5)
+    r = rand(16, N, dtype=dtype, seed=5)
+    full = T.mm(x, w, "add", r)
+    for j in range(16):
+        assert torch.equal(T.mm(x[j : j + 1], w, "add", r[j : j + 1])[0], full[j]), f"row {j} alone"
+    for M in (2, 7, 10, 15):
+        assert torch.equal(T.mm(x[:M], w, "add", r[:M]), full[:M]), f"first {M} rows"
+
+
+def test_mm_refuses_bad_input():
+    x, w = rand(2, 8), rand(4, 9)
+    with pytest.raises(ValueError, match="share K"):
+        T.mm(x, w)
+    with pytest.raises(ValueError, match="epilogue"):
+        T.mm(x, rand(4, 8), "tanh")
+    with pytest.raises(ValueError, match="needs `other`"):
+        T.mm(x, rand(4, 8), "add")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("M,K", [(1, 7), (9, 384), (16, 1500)])
+def test_rms_norm(M, K, dtype):
+    x, w = rand(M, K, dtype=dtype, scale=3.0), rand(K, dtype=dtype, seed=1)
+    y = T.rms_norm(x, w, 1e-6)
+    torch.testing.assert_close(y, R.rms_norm_ref(x, w, 1e-6), **TOL[dtype])
+    assert torch.equal(T.rms_norm(x[-1:], w, 1e-6)[0], y[-1])
+
+
+def _attn_inputs(H, T_, dh, dtype, M):
+    q, k, v = (rand(*s, dtype=dtype, seed=i) for i, s in enumerate([(H, M, dh), (H, T_, dh), (H, T_, dh)]))
+    bias = rand(H, T_, T_, seed=7, scale=2.0)  # float32, as T5's relative-position table
+    return q, k, v, bias
+
+
+def _pos(p):
+    return torch.tensor([p], dtype=torch.long, device=DEV)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("H,T_,dh,M,p", [(2, 20, 8, 1, 0), (3, 150, 24, 16, 70), (1, 130, 64, 5, 125)])
+def test_causal_attention(H, T_, dh, M, p, dtype):
+    """Causal with a bias, keys past 64 (two blocks and more), M rows at p..p+M-1."""
+    q, k, v, bias = _attn_inputs(H, T_, dh, dtype, M)
+    got = T.attention(q, k, v, _pos(p), bias=bias)
+    torch.testing.assert_close(got, R.attention_ref(q, k, v, _pos(p), bias=bias), **TOL[dtype])
+    for j in range(M):  # row j alone at its own position: the same bits
+        assert torch.equal(T.attention(q[:, j : j + 1], k, v, _pos(p + j), bias=bias)[:, 0], got[:, j]), j
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("n", [1, 37, 129])
+def test_cross_attention(n, dtype):
+    """Over the first n keys of a source padded to 160; the padding must not count."""
+    H, dh, M = 2, 16, 16
+    q, k, v, _ = _attn_inputs(H, 160, dh, dtype, M)
+    nk = torch.tensor([n], device=DEV)
+    got = T.attention(q, k, v, _pos(3), n_keys=nk)
+    torch.testing.assert_close(got, R.attention_ref(q, k, v, _pos(3), n_keys=nk), **TOL[dtype])
+    torch.testing.assert_close(got, R.attention_ref(q, k[:, :n], v[:, :n], _pos(3), n_keys=nk), **TOL[dtype])
+    for j in (0, 9, 15):
+        assert torch.equal(T.attention(q[:, j : j + 1], k, v, _pos(3 + j), n_keys=nk)[:, 0], got[:, j])
