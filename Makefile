@@ -227,7 +227,7 @@ gpu-check: $(STAMP)
 	$(BIN)/python -m bildlib.bench.gpu --plan
 	@mkdir -p $(GPU_CHECK_OUT)
 	set -o pipefail; BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  tests/test_kernels_triton.py 2>&1 | tee $(GPU_CHECK_OUT)/kernel-tests.txt; t=$$?; \
+	  tests/test_kernels_triton.py tests/test_kernels_rowinv.py 2>&1 | tee $(GPU_CHECK_OUT)/kernel-tests.txt; t=$$?; \
 	  $(BIN)/python -m bildlib.bench.gpu --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).

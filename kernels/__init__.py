@@ -12,11 +12,11 @@ if __name__ == "bildlib.kernels":
     import torch
 
     try:  # Triton is optional: without it every function runs its torch reference
-        from . import triton_lut, triton_policy
+        from . import triton_lut, triton_policy, triton_rowinv
 
         HAS_TRITON = True
     except ImportError:
-        triton_policy = triton_lut = None
+        triton_policy = triton_lut = triton_rowinv = None
         HAS_TRITON = False
 
     from . import reference as ref
@@ -60,9 +60,29 @@ if __name__ == "bildlib.kernels":
             return triton_lut.lut_matvec(x, packed, table, n, sparse_idx, sparse_val)
         return ref.lut_matvec_ref(x, packed, table, n, sparse_idx, sparse_val)
 
+    # The static engine's step (models.static_t5): row-invariant kernels on a GPU, whose result a
+    # row has alone or among up to 16 (triton_rowinv); their torch references elsewhere.
+    def mm(x, w, epilogue: str = "none", other=None):
+        """x (M, K) @ w (N, K)^T with an epilogue ("add" / "mul" other, "relu", "gelu_tanh")."""
+        if _triton(x, w):
+            return triton_rowinv.mm(x, w, epilogue, other)
+        return ref.mm_ref(x, w, epilogue, other)
+
+    def rms_norm(x, w, eps: float):
+        """T5's RMS norm of each row of x (M, K) by w (K,)."""
+        if _triton(x, w):
+            return triton_rowinv.rms_norm(x, w, eps)
+        return ref.rms_norm_ref(x, w, eps)
+
+    def attention(q, k, v, pos, n_keys=None, bias=None):
+        """q (H, M, dh) at positions pos + [0, M) over k, v (H, T, dh): causal, or over n_keys."""
+        if _triton(q, k, v):
+            return triton_rowinv.attention(q, k, v, pos, n_keys, bias)
+        return ref.attention_ref(q, k, v, pos, n_keys, bias)
+
     __all__ = [
-        "HAS_TRITON", "lut_matvec", "max_prob", "nucleus", "rollback_distance", "sample", "saturation",
-        "speculative_accept",
+        "HAS_TRITON", "attention", "lut_matvec", "max_prob", "mm", "nucleus", "rms_norm", "rollback_distance",
+        "sample", "saturation", "speculative_accept",
     ]  # fmt: skip
 else:  # found as top-level `kernels`: not ours to provide under that name
     del __file__  # a namespace folder has no __file__; transformers then skips it

@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+
 def _upcast() -> bool:
     """Triton's interpreter multiplies bf16 tiles as raw integers (Triton 3.x): under it, the tiles
     go to float32 first. A bf16 product is exact in float32, so only the order of the sum can
@@ -64,9 +65,27 @@ def _epilogue(acc, r_ptr, offs_m, offs_n, mask, stride_r, EPI: tl.constexpr):
 
 
 @triton.jit
-def mm_kernel(x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, M, N, K, stride_x, stride_w, stride_r, stride_y,
-              K_SLICE, EPI: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+def mm_kernel(
+    x_ptr,
+    w_ptr,
+    r_ptr,
+    y_ptr,
+    part_ptr,
+    M,
+    N,
+    K,
+    stride_x,
+    stride_w,
+    stride_r,
+    stride_y,
+    K_SLICE,
+    EPI: tl.constexpr,
+    SPLIT: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid_n, pid_m, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -75,8 +94,16 @@ def mm_kernel(x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, M, N, K, stride_x, stride_w,
     for k0 in range(k_lo, tl.minimum(k_lo + K_SLICE, K), BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         kin = offs_k < K
-        x = tl.load(x_ptr + offs_m[:, None] * stride_x + offs_k[None, :], mask=(offs_m[:, None] < M) & kin[None, :], other=0.0)
-        w = tl.load(w_ptr + offs_n[None, :] * stride_w + offs_k[:, None], mask=(offs_n[None, :] < N) & kin[:, None], other=0.0)
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_x + offs_k[None, :],
+            mask=(offs_m[:, None] < M) & kin[None, :],
+            other=0.0,
+        )
+        w = tl.load(
+            w_ptr + offs_n[None, :] * stride_w + offs_k[:, None],
+            mask=(offs_n[None, :] < N) & kin[:, None],
+            other=0.0,
+        )
         if IEEE:  # float32 (or the interpreter's upcast): no TF32 rounding of the inputs
             acc += tl.dot(x.to(tl.float32), w.to(tl.float32), input_precision="ieee")
         else:
@@ -84,14 +111,27 @@ def mm_kernel(x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, M, N, K, stride_x, stride_w,
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if SPLIT == 1:
         acc = _epilogue(acc, r_ptr, offs_m, offs_n, mask, stride_r, EPI)
-        tl.store(y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(
+            y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask
+        )
     else:  # this slice's partial sum, float32 (SPLIT, M, N); reduce_kernel adds them in order
         tl.store(part_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
 
 
 @triton.jit
-def reduce_kernel(part_ptr, r_ptr, y_ptr, M, N, stride_r, stride_y, EPI: tl.constexpr, SPLIT: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+def reduce_kernel(
+    part_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    stride_r,
+    stride_y,
+    EPI: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     pid_n, pid_m = tl.program_id(0), tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -103,8 +143,13 @@ def reduce_kernel(part_ptr, r_ptr, y_ptr, M, N, stride_r, stride_y, EPI: tl.cons
     tl.store(y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def mm(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", other: torch.Tensor | None = None,
-       out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+def mm(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    epilogue: str = "none",
+    other: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """x (M, K) @ w (N, K)^T -> (M, N) in x's dtype; epilogue "add" / "mul" combines `other` (M, N),
     "relu" / "gelu_tanh" applies the activation, all in float32 before the one rounding."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
@@ -125,11 +170,31 @@ def mm(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", other: torch.Te
     split = triton.cdiv(K, k_slice)  # no empty slice
     grid = (triton.cdiv(N, bn), triton.cdiv(M, ROWS), split)
     part = torch.empty(split, M, N, dtype=torch.float32, device=x.device) if split > 1 else y
-    mm_kernel[grid](x, w, r, y, part, M, N, K, x.stride(0), w.stride(0), r.stride(0), y.stride(0), k_slice,
-                    EPI=epi, SPLIT=split, IEEE=x.dtype == torch.float32 or _upcast(), BLOCK_M=ROWS, BLOCK_N=bn, BLOCK_K=bk)  # fmt: skip
+    mm_kernel[grid](
+        x,
+        w,
+        r,
+        y,
+        part,
+        M,
+        N,
+        K,
+        x.stride(0),
+        w.stride(0),
+        r.stride(0),
+        y.stride(0),
+        k_slice,
+        EPI=epi,
+        SPLIT=split,
+        IEEE=x.dtype == torch.float32 or _upcast(),
+        BLOCK_M=ROWS,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+    )
     if split > 1:
-        reduce_kernel[grid[:2]](part, r, y, M, N, r.stride(0), y.stride(0), EPI=epi, SPLIT=split,
-                                BLOCK_M=ROWS, BLOCK_N=bn)  # fmt: skip
+        reduce_kernel[grid[:2]](
+            part, r, y, M, N, r.stride(0), y.stride(0), EPI=epi, SPLIT=split, BLOCK_M=ROWS, BLOCK_N=bn
+        )
     return y
 
 
@@ -155,50 +220,89 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     x = x.contiguous()
     M, K = x.shape
     y = torch.empty(M, K, dtype=w.dtype, device=x.device)
-    rms_norm_kernel[(M,)](x, w, y, K, x.stride(0), y.stride(0), eps, BLOCK=min(1024, triton.next_power_of_2(K)))
+    rms_norm_kernel[(M,)](
+        x, w, y, K, x.stride(0), y.stride(0), eps, BLOCK=min(1024, triton.next_power_of_2(K))
+    )
     return y
 
 
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, b_ptr, o_ptr, pos_ptr, nk_ptr, M, dh,
-                     sq_h, sq_m, sk_h, sk_t, so_h, so_m, sb_h, sb_q,
-                     CAUSAL: tl.constexpr, BIAS: tl.constexpr, IEEE: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+def attention_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    b_ptr,
+    o_ptr,
+    pos_ptr,
+    nk_ptr,
+    M,
+    dh,
+    sq_h,
+    sq_m,
+    sk_h,
+    sk_t,
+    so_h,
+    so_m,
+    sb_h,
+    sb_q,
+    CAUSAL: tl.constexpr,
+    BIAS: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     h = tl.program_id(0)
     rows = tl.arange(0, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
     pos = tl.load(pos_ptr)  # the call's first position: the rows are at pos + rows
     n_keys = pos + M if CAUSAL else tl.load(nk_ptr)
-    q = tl.load(q_ptr + h * sq_h + rows[:, None] * sq_m + d[None, :], mask=(rows[:, None] < M) & (d[None, :] < dh), other=0.0)
+    q = tl.load(
+        q_ptr + h * sq_h + rows[:, None] * sq_m + d[None, :],
+        mask=(rows[:, None] < M) & (d[None, :] < dh),
+        other=0.0,
+    )
     m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l = tl.zeros((BLOCK_M,), tl.float32)
+    den = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     for t0 in range(0, n_keys, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         kv_mask = (t[:, None] < n_keys) & (d[None, :] < dh)
         k = tl.load(k_ptr + h * sk_h + t[:, None] * sk_t + d[None, :], mask=kv_mask, other=0.0)
         if IEEE:
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")  # (BLOCK_M, BLOCK_T)
+            s = tl.dot(
+                q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee"
+            )  # (BLOCK_M, BLOCK_T)
         else:
             s = tl.dot(q, tl.trans(k))
         see = t[None, :] < n_keys
         if CAUSAL:
             see = see & (t[None, :] <= pos + rows[:, None])
         if BIAS:
-            s += tl.load(b_ptr + h * sb_h + (pos + rows[:, None]) * sb_q + t[None, :], mask=see & (rows[:, None] < M), other=0.0).to(tl.float32)
+            s += tl.load(
+                b_ptr + h * sb_h + (pos + rows[:, None]) * sb_q + t[None, :],
+                mask=see & (rows[:, None] < M),
+                other=0.0,
+            ).to(tl.float32)
         s = tl.where(see, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))  # finite: key 0 is seen by every row
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])  # 0 at masked keys; a block with none seen changes nothing
-        l = l * alpha + tl.sum(p, axis=1)
+        den = den * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + h * sk_h + t[:, None] * sk_t + d[None, :], mask=kv_mask, other=0.0)
         if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), input_precision="ieee")
+            acc = acc * alpha[:, None] + tl.dot(
+                p.to(v.dtype).to(tl.float32), v.to(tl.float32), input_precision="ieee"
+            )
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
-    o = acc / l[:, None]
-    tl.store(o_ptr + h * so_h + rows[:, None] * so_m + d[None, :], o.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (d[None, :] < dh))  # fmt: skip
+    o = acc / den[:, None]
+    tl.store(
+        o_ptr + h * so_h + rows[:, None] * so_m + d[None, :],
+        o.to(o_ptr.dtype.element_ty),
+        mask=(rows[:, None] < M) & (d[None, :] < dh),
+    )
 
 
 def attention(q, k, v, pos, n_keys=None, bias=None, out=None) -> torch.Tensor:
@@ -209,14 +313,43 @@ def attention(q, k, v, pos, n_keys=None, bias=None, out=None) -> torch.Tensor:
     H, M, dh = q.shape
     if M > ROWS:
         raise ValueError(f"attention: at most {ROWS} query rows, got {M}")
-    if k.shape != v.shape or k.shape[0] != H or k.shape[2] != dh or k.stride(2) != 1 or v.stride() != k.stride():
-        raise ValueError(f"attention: k and v must be (H, T, dh) alike, got {tuple(k.shape)}, {tuple(v.shape)}")
+    if (
+        k.shape != v.shape
+        or k.shape[0] != H
+        or k.shape[2] != dh
+        or k.stride(2) != 1
+        or v.stride() != k.stride()
+    ):
+        raise ValueError(
+            f"attention: k and v must be (H, T, dh) alike, got {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     q = q.contiguous()
     o = out if out is not None else torch.empty_like(q)
     b = bias if bias is not None else q
     nk = n_keys if n_keys is not None else pos
-    attention_kernel[(H,)](q, k, v, b, o, pos, nk, M, dh, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-                           o.stride(0), o.stride(1), b.stride(0), b.stride(-2) if bias is not None else 0,
-                           CAUSAL=n_keys is None, BIAS=bias is not None, IEEE=q.dtype == torch.float32 or _upcast(),
-                           BLOCK_M=ROWS, BLOCK_T=64, BLOCK_D=max(16, triton.next_power_of_2(dh)))  # fmt: skip
+    attention_kernel[(H,)](
+        q,
+        k,
+        v,
+        b,
+        o,
+        pos,
+        nk,
+        M,
+        dh,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        o.stride(0),
+        o.stride(1),
+        b.stride(0),
+        b.stride(-2) if bias is not None else 0,
+        CAUSAL=n_keys is None,
+        BIAS=bias is not None,
+        IEEE=q.dtype == torch.float32 or _upcast(),
+        BLOCK_M=ROWS,
+        BLOCK_T=64,
+        BLOCK_D=max(16, triton.next_power_of_2(dh)),
+    )
     return o

@@ -67,8 +67,14 @@ def test_without_cuda_it_lists_its_plan_and_refuses_at_once(monkeypatch, capsys)
 
 def test_parts_on_cpu(tmp_path):
     """Every part but the kernels' benchmark (CUDA only) runs on CPU, and the folder renders."""
-    check.main(["--device", "cpu", "--out", str(tmp_path), "--parts", "fig4", "steps", "probes",
+    check.main(["--device", "cpu", "--out", str(tmp_path), "--parts", "fig4", "steps", "probes", "regime",
                 "--fig4-n", "3", "--rounds", "1"])
+    rg = pd.read_csv(tmp_path / "regime.csv", keep_default_na=False).set_index("model")
+    assert list(rg.index) == ["multi30k-small-aligned", "multi30k-large"]  # on CPU: the pair alone
+    assert (rg["notes"] == "").all(), rg["notes"]  # every engine ran
+    assert (rg[["hf_ms", "lean_ms", "static_eager_ms", "static_ms", "static_call10_ms"]] > 0).all().all()
+    assert rg.loc["multi30k-large", "read_MB"] > 5 * rg.loc["multi30k-small-aligned", "read_MB"]
+    assert "The paper's regime" in (tmp_path / "summary.md").read_text()
     steps = pd.read_csv(tmp_path / "steps.csv")
     assert set(steps["engine"]) == {"hf", "lean"} and set(steps["dtype"]) == {"float32", "bfloat16"}
     t1 = pd.read_csv(tmp_path / "fig4_table1.csv")

@@ -1,7 +1,8 @@
 """Engines: what runs a model's calls behind models.lm.LM. "hf" is the Hugging Face model's own
 forward with its DynamicCache (the reference, and the path for every architecture); "lean" is
 models.lean_t5 / models.lean_causal on the same weights. "auto" (the default) is lean where the
-architecture is supported, else hf with a logged note.
+architecture is supported, else hf with a logged note. "static" (T5 and mT5) is models.static_t5:
+fixed shapes, one CUDA graph per call length and row-invariant Triton kernels on a GPU.
 
 An engine is begin(src) (encode, or prefill a prompt), forward(tokens, pos) -> logits (k, V) for
 decoder positions [pos, pos + k), and crop(n) (the LM's ids are the lengths: lean engines only
@@ -17,8 +18,9 @@ from transformers import DynamicCache, EncoderDecoderCache
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
 from bildlib.models.lean_common import UnsupportedArchitectureError, column_major
 from bildlib.models.lean_t5 import LeanT5
+from bildlib.models.static_t5 import StaticT5
 
-ENGINES = ("auto", "lean", "hf")
+ENGINES = ("auto", "lean", "hf", "static")
 # model_type -> engine; PET's student is a T5 with tied weights (models.pet)
 LEAN = {"t5": LeanT5, "mt5": LeanT5, "bild-pet-t5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
 log = logging.getLogger("bildlib.models")
@@ -87,6 +89,11 @@ def make(model, engine: str = "auto", name: str = "model"):
     if engine == "hf":
         return HF(model)
     why = why_not_lean(model.config, model.dtype, type(model).__name__)
+    if engine == "static":
+        if why is None and model.config.model_type in ("t5", "mt5"):
+            return StaticT5(model)
+        raise UnsupportedArchitectureError(f"{name}: engine='static' runs T5 and mT5 in float32 or bfloat16, "
+                                           f"not {why or model.config.model_type}; use engine='lean' or 'hf'")
     if why is None:
         column_major(model)  # CPU float32: faster one-row products (lean_common.column_major)
         return LEAN[model.config.model_type](model)

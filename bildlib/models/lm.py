@@ -24,7 +24,8 @@ class LM:
     cache back to its first n decoder tokens (cross-attention and prompt stay).
 
     `engine` runs the calls (models.engine): "lean" (plain tensor ops on the model's weights,
-    a preallocated cache), "hf" (the model's own forward), or "auto": lean where supported.
+    a preallocated cache), "hf" (the model's own forward), "static" (T5 at fixed shapes, CUDA graphs
+    on a GPU; models.static_t5), or "auto": lean where supported.
     `impl` is the engine object; a lean one also runs a layer at a time (embed / layer / head).
     """
 
@@ -32,7 +33,7 @@ class LM:
         self.model, self.tok, self.name = model.eval(), tokenizer, name
         # runs the calls (models.engine); an engine object is taken as is (models.early_exit's views)
         self.impl = make(self.model, engine, name) if isinstance(engine, str) else engine
-        self.engine = "hf" if isinstance(self.impl, HF) else "lean"
+        self.engine = "hf" if isinstance(self.impl, HF) else getattr(self.impl, "engine", "lean")
         self.is_encoder_decoder = bool(model.config.is_encoder_decoder)
         self.device = model.device
         self.width = model.config.get_text_config(decoder=True).vocab_size  # logits columns returned

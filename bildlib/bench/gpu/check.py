@@ -27,7 +27,7 @@ import torch
 
 from bildlib import REPO_ROOT
 from bildlib.analysis.evaluate import device_name
-from bildlib.bench.gpu.lossless import lossless
+from bildlib.bench.gpu.lossless import SETTINGS, lossless
 from bildlib.bench.gpu.render import FOLDER, summary
 from bildlib.data import atomic_path
 
@@ -40,6 +40,11 @@ PLAN = {  # part: what it runs and writes (the kernel tests run before, from the
     "float32 and bfloat16, CUDA synchronised (bildlib.bench.callbench) -> steps.csv",
     "fig4": "fig4's sweep (experiments.sweep, as notebooks/fig4 runs it) on the shipped pair, the first 50 "
     "val sentences, α_FB 0.3 and 0.5, α_RB 1, into a temporary cache -> fig4_table1.csv, fig4_checks.json",
+    "regime": "the paper's regime (bildlib.bench.gpu.regime): one bf16 decoder step of HF's forward, the "
+    "lean engine eager and graphed, and the static engine eager, graphed and as a 10-token call, on the "
+    "shipped pair and on T5/mT5 small and large at their real size (random weights), against the time "
+    "to read the step's weights at the measured copy bandwidth; whether a 10-token static call keeps "
+    "each token's bits -> regime.csv",
     "probes": "the row-invariance probe's choice for each product of the shipped pair's lean engine on "
     "this device, float32 and bfloat16 (models.rowinv): path, invariant or not, paths refused -> probes.csv",
     "lossless": "lossless BiLD (distance='exact') against vanilla greedy and BiLD at its default "
@@ -98,6 +103,17 @@ def fig4(device, out: Path, n: int = 50) -> pd.DataFrame:
     return table
 
 
+def regime_part(device, out: Path) -> pd.DataFrame:
+    """regime.csv: bildlib.bench.gpu.regime's table (on CPU only the shipped pair, float32)."""
+    from bildlib.bench.gpu.regime import regime
+    from bildlib.plots import save_table
+
+    cpu = device.type != "cuda"
+    df = regime(device, torch.float32 if cpu else torch.bfloat16, paper=() if cpu else None)
+    save_table(df, "regime", out)
+    return df
+
+
 def probes(device, out: Path) -> pd.DataFrame:
     """probes.csv: what models.rowinv chose on `device` in this process, after loading the shipped
     pair's lean engine in each dtype and decoding one sentence (attention chooses at its first
@@ -148,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda", help="cuda (the check) or cpu (its logic only)")
     ap.add_argument("--plan", action="store_true", help="print the parts, refuse without CUDA, and stop")
     ap.add_argument("--parts", nargs="+", choices=list(PLAN), default=list(PLAN), help="the parts to run")
+    ap.add_argument("--engines", nargs="+", choices=["hf", "lean", "static"], default=None,
+                    help="the lossless part's engines (default: all; the first setting is the reference)")
     ap.add_argument("--n", type=int, default=200, help="Multi30k val sentences per lossless setting")
     ap.add_argument("--fig4-n", type=int, default=50, help="val sentences of fig4's sweep")
     ap.add_argument("--warmup", type=int, default=5, help="first sentences left out of the lossless timings")
@@ -183,10 +201,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(steps(device, out, a.rounds).round(3).to_string(index=False), flush=True)
             elif part == "fig4":
                 print(fig4(device, out, a.fig4_n).to_string(index=False), flush=True)
+            elif part == "regime":
+                print(regime_part(device, out).to_string(index=False), flush=True)
             elif part == "probes":
                 print(probes(device, out).to_string(index=False), flush=True)
             elif part == "lossless":
-                lossless(device, a.n, a.warmup, out=out)
+                settings = [s for s in SETTINGS if a.engines is None or s[1] in a.engines]
+                lossless(device, a.n, a.warmup, settings=settings, out=out)
             elif part == "dryrun":
                 dryrun(device, out)
         except (Exception, SystemExit) as e:  # noqa: BLE001 -- a borrowed GPU: report it, run the next part

@@ -18,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-SETTINGS = (("float32", "hf"), ("float32", "lean"), ("bfloat16", "lean"), ("bfloat16", "hf"))
+SETTINGS = (("float32", "hf"), ("float32", "lean"), ("bfloat16", "lean"), ("bfloat16", "hf"),
+            ("float32", "static"), ("bfloat16", "static"))  # fmt: skip
 DECODERS = ("vanilla", "bild_lossless", "bild_default")
 
 

@@ -17,14 +17,15 @@ def summary(out: Path) -> str:
     lines = [f"# GPU check: {m['device']}", "", f"{m['date']}; CUDA {m['cuda']}; {v}.", ""]
     tests = out / "kernel-tests.txt"
     if tests.exists():
-        lines += [f"Kernel tests on this GPU (tests/test_kernels_triton.py): {tests_line(out)}", ""]
+        lines += [f"Kernel tests on this GPU (tests/test_kernels_*.py): {tests_line(out)}", ""]
     titles = {"bild.csv": "Lossless BiLD against vanilla greedy (Multi30k val)",
               "steps.csv": "One call of each engine (milliseconds, medians)",
               "fig4_table1.csv": "Table 1 from fig4's sweep on this GPU",
               "kernels.csv": "Policy kernels: torch eager against Triton (microseconds)",
               "lut.csv": "SqueezeLLM's matrix-vector product: Triton LUT against torch bf16 (microseconds)",
               "dryrun.csv": "The paper presets' dry run on this GPU (random models, n = 2)",
-              "probes.csv": "Row invariance on this GPU: the probe's choice per product"}  # fmt: skip
+              "probes.csv": "Row invariance on this GPU: the probe's choice per product",
+              "regime.csv": "The paper's regime: a decoder step (ms) against its weights' read"}  # fmt: skip
     if bad := failed(out):
         lines += ["**Parts that failed on this run** (their tables are absent or older): "
                   + "; ".join(f"`{b}`" for b in bad) + ".", ""]

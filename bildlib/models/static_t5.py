@@ -1,0 +1,191 @@
+"""Static T5 / mT5: the decoder step at fixed shapes, for a GPU at batch 1 (engine="static").
+
+At batch 1 on a GPU a decoder step is bound by kernel launches, not by reading the weights
+(docs/engines.md, *On a GPU*). This engine removes them as gpt-fast does (`generate.py`): every
+tensor a call touches has a fixed shape and address, so one call length is one CUDA graph,
+captured once and replayed at any position.
+
+- The KV cache holds `max_len` positions, (L, H, T, dh) for keys and values; a call writes rows
+  [pos, pos + k) with index_copy_ at positions that are a device tensor (`self.pos`).
+- Cross-attention reads the source's keys and values, computed once per source by begin() into
+  buffers padded to `max_src` rows; attention reads the source's length on the device
+  (`self.n_src`), so a new source needs no new graph.
+- The decoder self-attention bias is T5's relative-position table for max_len positions, read
+  at [h, pos + row, t]; the causal mask is applied by position inside the attention kernel.
+- Products, norms and attention are bildlib.kernels.triton_rowinv's on a CUDA device: a token's
+  logits have the same bits alone (vanilla's steps) and inside a verifying call of up to 16
+  tokens, so lossless BiLD equals vanilla greedy by construction. Elsewhere the same step runs
+  their torch references (the tests trace it whole with torch.compile(fullgraph=True)).
+- forward(tokens, pos) copies the tokens and the position into the static inputs and replays
+  the graph for k = len(tokens) (captured at its first use); no host synchronisation. A call
+  past max_len, or a source past max_src, doubles the buffers (copying the cache) and drops the
+  graphs: they are captured again at the new addresses.
+
+The interface is models.engine's: begin(src), forward(tokens, pos) -> (k, V), crop(n) (a no-op:
+the caller's lengths decide what a call overwrites).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from bildlib import kernels as K
+from bildlib.models.lean_common import UnsupportedArchitectureError
+
+ROWS = 16  # the most tokens one call takes (BiLD's calls are at most max_small_steps + 1)
+ACTS = {"relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+class StaticT5:
+    """Decoder of a T5ForConditionalGeneration / MT5ForConditionalGeneration at fixed shapes."""
+
+    arch = "t5"
+    engine = "static"
+    folded_cross = False
+
+    def __init__(self, model, max_len: int = 64, max_src: int = 64, graphs: bool | None = None):
+        c = model.config
+        if c.dense_act_fn not in ACTS:
+            raise UnsupportedArchitectureError(
+                f"engine='static' runs T5 with {', '.join(ACTS)}; got {c.dense_act_fn!r}"
+            )
+        self.model, self.eps, self.dtype, self.device = model, c.layer_norm_epsilon, model.dtype, model.device
+        self.H, self.dh, self.d, self.act = c.num_heads, c.d_kv, c.d_model, ACTS[c.dense_act_fn]
+        self.scale = c.d_model**-0.5 if getattr(c, "scale_decoder_outputs", False) else None
+        self.emb, self.lm, self.ln = (
+            model.shared.weight,
+            model.lm_head.weight,
+            model.decoder.final_layer_norm.weight,
+        )
+        self.layers = [_weights(b) for b in model.decoder.block]
+        self.rel = model.decoder.block[0].layer[0].SelfAttention  # compute_bias: HF's buckets
+        self.graphs = self.device.type == "cuda" if graphs is None else graphs
+        if self.graphs and self.device.type != "cuda":
+            raise ValueError(
+                f"engine='static': graphs=True needs a CUDA device, the model is on {self.device}"
+            )
+        self.captured: dict[int, tuple] = {}  # k -> (CUDA graph, its logits (k, V))
+        dev = self.device
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)  # the call's first position
+        self.n_src = torch.ones(1, dtype=torch.long, device=dev)  # the source's length
+        self.tokens = torch.zeros(ROWS, dtype=torch.long, device=dev)  # the call's tokens, static
+        self.kv = torch.zeros(0)
+        self._grow(max_len)
+        self.ckv = torch.zeros(len(self.layers), 2, self.H, max_src, self.dh, dtype=self.dtype, device=dev)
+
+    # -- the interface ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def begin(self, src: torch.Tensor) -> None:
+        """Encode src (1, S) with the model's encoder and write every layer's cross keys and
+        values into the padded buffers."""
+        S = src.shape[1]
+        if S > self.ckv.shape[3]:  # a longer source: larger buffers, new graphs
+            self.ckv = torch.zeros(
+                *self.ckv.shape[:3], _pow2(S), self.dh, dtype=self.dtype, device=self.device
+            )
+            self.captured.clear()
+        e = self.model.get_encoder()(input_ids=src).last_hidden_state[0]  # (S, d)
+        for i, w in enumerate(self.layers):
+            kv = F.linear(e, w["ckv"]).view(S, 2, self.H, self.dh).permute(1, 2, 0, 3)  # (2, H, S, dh)
+            self.ckv[i, :, :, :S] = kv
+        self.n_src.fill_(S)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """Logits (k, V) for tokens (k,), k <= 16, at decoder positions [pos, pos + k)."""
+        k = tokens.shape[0]
+        if not 1 <= k <= ROWS:
+            raise ValueError(f"engine='static' takes 1 to {ROWS} tokens a call, got {k}")
+        if pos + k > self.kv.shape[3]:
+            self._grow(_pow2(pos + k))
+        self.tokens[:k].copy_(tokens)
+        self.pos.fill_(pos)
+        if not self.graphs:
+            return self.step(self.tokens[:k])
+        if k not in self.captured:
+            self.captured[k] = self._capture(k)
+        graph, out = self.captured[k]
+        graph.replay()
+        return out
+
+    def crop(self, drop: int) -> None:
+        """Nothing to do: the next call overwrites from the caller's length on."""
+
+    # -- the step: fixed shapes, positions on the device ------------------------------------------
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (k, V) of tokens (k,) at positions self.pos + [0, k); writes the cache there."""
+        k, H, dh = tokens.shape[0], self.H, self.dh
+        rows = self.pos + torch.arange(k, device=tokens.device)  # (k,) positions, on the device
+        x = F.embedding(tokens, self.emb)  # (k, d)
+        for i, w in enumerate(self.layers):
+            qkv = K.mm(K.rms_norm(x, w["ln0"], self.eps), w["qkv"]).view(k, 3, H, dh).permute(1, 2, 0, 3)
+            self.kv[i, 0].index_copy_(1, rows, qkv[1])  # keys (H, T, dh) at this call's rows
+            self.kv[i, 1].index_copy_(1, rows, qkv[2])
+            a = K.attention(qkv[0], self.kv[i, 0], self.kv[i, 1], self.pos, bias=self.bias)  # (H, k, dh)
+            x = K.mm(a.transpose(0, 1).reshape(k, H * dh), w["o"], "add", x)
+            q = K.mm(K.rms_norm(x, w["ln1"], self.eps), w["cq"]).view(k, H, dh).transpose(0, 1)
+            a = K.attention(q, self.ckv[i, 0], self.ckv[i, 1], self.pos, n_keys=self.n_src)
+            x = K.mm(a.transpose(0, 1).reshape(k, H * dh), w["co"], "add", x)
+            h = K.rms_norm(x, w["lnf"], self.eps)
+            if "wi0" in w:  # gated (T5 v1.1, mT5): act(h wi0) * (h wi1)
+                u = K.mm(h, w["wi1"], "mul", K.mm(h, w["wi0"], self.act))
+            else:
+                u = K.mm(h, w["wi"], self.act)
+            x = K.mm(u, w["wo"], "add", x)
+        h = K.rms_norm(x, self.ln, self.eps)
+        if self.scale is not None:  # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs)
+            h = h * self.scale
+        return K.mm(h, self.lm)  # (k, V)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _capture(self, k: int) -> tuple:
+        """The CUDA graph of a k-token call. The warm-up runs (which compile the kernels) and the
+        capture compute this very call: they write the cache rows the replay then rewrites."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.step(self.tokens[:k])
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self.step(self.tokens[:k])
+        return graph, out
+
+    def _grow(self, T: int) -> None:
+        """KV cache and bias table for T positions, the cache's rows kept; graphs dropped."""
+        L, n = len(self.layers), (self.kv.shape[3] if self.kv.dim() == 5 else 0)
+        kv = torch.zeros(L, 2, self.H, T, self.dh, dtype=self.dtype, device=self.device)  # (L, 2, H, T, dh)
+        if n:
+            kv[..., :n, :] = self.kv
+        self.kv = kv
+        self.bias = self.rel.compute_bias(T, T, device=self.device)[0]  # (H, T, T), relative positions
+        self.captured.clear()
+
+
+def _weights(block) -> dict:
+    """A T5Block's decoder weights by short name; q/k/v and the cross k/v each in one matrix."""
+    sa, ca, ff = block.layer
+    at, x, dense = sa.SelfAttention, ca.EncDecAttention, ff.DenseReluDense
+    w = {
+        "ln0": sa.layer_norm.weight,
+        "o": at.o.weight,
+        "ln1": ca.layer_norm.weight,
+        "cq": x.q.weight,
+        "co": x.o.weight,
+        "lnf": ff.layer_norm.weight,
+        "wo": dense.wo.weight,
+    }
+    with torch.no_grad():
+        w["qkv"] = torch.cat([at.q.weight, at.k.weight, at.v.weight])  # (3 H dh, d)
+        w["ckv"] = torch.cat([x.k.weight, x.v.weight])  # (2 H dh, d)
+    if hasattr(dense, "wi_0"):
+        w |= {"wi0": dense.wi_0.weight, "wi1": dense.wi_1.weight}
+    else:
+        w["wi"] = dense.wi.weight
+    return w
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 1).bit_length()
