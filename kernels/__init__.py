@@ -12,11 +12,11 @@ if __name__ == "bildlib.kernels":
     import torch
 
     try:  # Triton is optional: without it every function runs its torch reference
-        from . import triton_lut, triton_policy, triton_rowinv
+        from . import triton_attention, triton_lut, triton_policy, triton_rowinv
 
         HAS_TRITON = True
     except ImportError:
-        triton_policy = triton_lut = triton_rowinv = None
+        triton_policy = triton_lut = triton_rowinv = triton_attention = None
         HAS_TRITON = False
 
     from . import reference as ref
@@ -77,7 +77,7 @@ if __name__ == "bildlib.kernels":
     def attention(q, k, v, pos, n_keys=None, bias=None):
         """q (H, M, dh) at positions pos + [0, M) over k, v (H, T, dh): causal, or over n_keys."""
         if _triton(q, k, v):
-            return triton_rowinv.attention(q, k, v, pos, n_keys, bias)
+            return triton_attention.attention(q, k, v, pos, n_keys, bias)
         return ref.attention_ref(q, k, v, pos, n_keys, bias)
 
     __all__ = [

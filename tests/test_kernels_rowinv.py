@@ -1,6 +1,7 @@
-"""The row-invariant step kernels (kernels/triton_rowinv.py) against their torch references, and for
-row invariance: a row's bits alone equal its bits among 1..16 rows at any place. On CPU under
-TRITON_INTERPRET=1; on a GPU with BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 (make gpu-check)."""
+"""The row-invariant step kernels (kernels/triton_rowinv.py, triton_attention.py) against their
+torch references, and for row invariance: a row's bits alone equal its bits among 1..16 rows at
+any place. On CPU under TRITON_INTERPRET=1; on a GPU with BILD_KERNEL_TEST_DEVICE=cuda
+TRITON_INTERPRET=0 (make gpu-check)."""
 
 import os
 
@@ -10,6 +11,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[cuda]'); kernels untested")
 
 from bildlib.kernels import reference as R  # noqa: E402
+from bildlib.kernels import triton_attention as A  # noqa: E402
 from bildlib.kernels import triton_rowinv as T  # noqa: E402
 
 DEV = os.environ.get("BILD_KERNEL_TEST_DEVICE", "cpu")
@@ -97,10 +99,10 @@ def _pos(p):
 def test_causal_attention(H, T_, dh, M, p, dtype):
     """Causal with a bias, keys past 64 (two blocks and more), M rows at p..p+M-1."""
     q, k, v, bias = _attn_inputs(H, T_, dh, dtype, M)
-    got = T.attention(q, k, v, _pos(p), bias=bias)
+    got = A.attention(q, k, v, _pos(p), bias=bias)
     torch.testing.assert_close(got, R.attention_ref(q, k, v, _pos(p), bias=bias), **TOL[dtype])
     for j in range(M):  # row j alone at its own position: the same bits
-        assert torch.equal(T.attention(q[:, j : j + 1], k, v, _pos(p + j), bias=bias)[:, 0], got[:, j]), j
+        assert torch.equal(A.attention(q[:, j : j + 1], k, v, _pos(p + j), bias=bias)[:, 0], got[:, j]), j
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
@@ -110,8 +112,8 @@ def test_cross_attention(n, dtype):
     H, dh, M = 2, 16, 16
     q, k, v, _ = _attn_inputs(H, 160, dh, dtype, M)
     nk = torch.tensor([n], device=DEV)
-    got = T.attention(q, k, v, _pos(3), n_keys=nk)
+    got = A.attention(q, k, v, _pos(3), n_keys=nk)
     torch.testing.assert_close(got, R.attention_ref(q, k, v, _pos(3), n_keys=nk), **TOL[dtype])
     torch.testing.assert_close(got, R.attention_ref(q, k[:, :n], v[:, :n], _pos(3), n_keys=nk), **TOL[dtype])
     for j in (0, 9, 15):
-        assert torch.equal(T.attention(q[:, j : j + 1], k, v, _pos(3 + j), n_keys=nk)[:, 0], got[:, j])
+        assert torch.equal(A.attention(q[:, j : j + 1], k, v, _pos(3 + j), n_keys=nk)[:, 0], got[:, j])

@@ -83,3 +83,38 @@ def test_static_refuses_what_it_cannot_run():
         st.forward(list(range(3, 20)))
     with pytest.raises(ValueError, match="needs a CUDA device"):
         StaticT5(tiny("t5"), graphs=True)
+
+
+def fixed_buffer_capture(self, fn):
+    """StaticT5._capture as a CUDA graph behaves, on CPU: every replay computes into the one
+    buffer allocated at capture (a graph's output is a fixed address)."""
+    out = fn()
+    if out is None:  # the encoder: it writes the engine's own buffers
+        return fn, None
+    out = out.clone()
+    return (lambda: out.copy_(fn())), out
+
+
+@pytest.mark.parametrize("distance", ["exact", "ce"])
+def test_static_with_fixed_output_buffers_decodes_as_lean(monkeypatch, distance):
+    """The graphed path's logic on CPU: with one output buffer per call length, BiLD's tokens and
+    calls equal the lean engine's (a decoder keeps logits across calls: forward returns a copy)."""
+    monkeypatch.setattr(StaticT5, "_capture", fixed_buffer_capture)
+    tok = tiny_tokenizer()
+    small_m, large_m = tiny("t5-tied", seed=2), tiny("t5-tied", seed=1)
+    with torch.no_grad():  # a small model close to the large one: drafts are often kept
+        for a, b in zip(small_m.parameters(), large_m.parameters(), strict=True):
+            a.copy_(b + 0.02 * torch.randn_like(b))
+    lean = LM(small_m, tok, engine="lean"), LM(large_m, tok, engine="lean")
+    st = LM(small_m, tok, engine="static"), LM(large_m, tok, engine="static")
+    for lm in st:
+        lm.impl.graphs = True
+    for src in sources(4, seed=11):
+        a, ta = D.bild(*lean, src, max_new_tokens=40, distance=distance, rollback=1.0)
+        b, tb = D.bild(*st, src, max_new_tokens=40, distance=distance, rollback=1.0)
+        assert a == b and (ta.small_calls, ta.large_calls) == (tb.small_calls, tb.large_calls)
+        assert ta.source == tb.source
+    first = st[1].forward([5])
+    kept = first.clone()
+    st[1].forward([6])  # the same length: the buffer is rewritten, the returned logits are not
+    assert torch.equal(first, kept) and st[0].impl.captured and st[1].impl.encoders

@@ -7,17 +7,19 @@ captured once and replayed at any position.
 
 - The KV cache holds `max_len` positions, (L, H, T, dh) for keys and values; a call writes rows
   [pos, pos + k) with index_copy_ at positions that are a device tensor (`self.pos`).
-- Cross-attention reads the source's keys and values, computed once per source by begin() into
-  buffers padded to `max_src` rows; attention reads the source's length on the device
-  (`self.n_src`), so a new source needs no new graph.
+- begin() runs the encoder with the same kernels over the source padded to n rows (a power of
+  two, at least 16; the padding's keys masked), then writes every decoder layer's cross keys and
+  values into buffers of `max_src` rows: one graph per n. Attention reads the source's length
+  on the device (`self.n_src`), so a new source of the same bucket needs no new graph.
 - The decoder self-attention bias is T5's relative-position table for max_len positions, read
   at [h, pos + row, t]; the causal mask is applied by position inside the attention kernel.
 - Products, norms and attention are bildlib.kernels.triton_rowinv's on a CUDA device: a token's
   logits have the same bits alone (vanilla's steps) and inside a verifying call of up to 16
   tokens, so lossless BiLD equals vanilla greedy by construction. Elsewhere the same step runs
   their torch references (the tests trace it whole with torch.compile(fullgraph=True)).
-- forward(tokens, pos) copies the tokens and the position into the static inputs and replays
-  the graph for k = len(tokens) (captured at its first use); no host synchronisation. A call
+- forward(tokens, pos) copies the tokens and the position into the static inputs, replays the
+  graph for k = len(tokens) (captured at its first use) and returns a copy of its logits (the
+  graph rewrites one buffer at every call of that length); no host synchronisation. A call
   past max_len, or a source past max_src, doubles the buffers (copying the cache) and drops the
   graphs: they are captured again at the new addresses.
 
@@ -59,13 +61,18 @@ class StaticT5:
             model.decoder.final_layer_norm.weight,
         )
         self.layers = [_weights(b) for b in model.decoder.block]
+        self.enc = [_weights(b, cross=False) for b in model.encoder.block]
+        self.enc_ln = model.encoder.final_layer_norm.weight
         self.rel = model.decoder.block[0].layer[0].SelfAttention  # compute_bias: HF's buckets
+        self.rel_enc = model.encoder.block[0].layer[0].SelfAttention
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         if self.graphs and self.device.type != "cuda":
             raise ValueError(
                 f"engine='static': graphs=True needs a CUDA device, the model is on {self.device}"
             )
-        self.captured: dict[int, tuple] = {}  # k -> (CUDA graph, its logits (k, V))
+        self.captured: dict[int, tuple] = {}  # k -> (a CUDA graph's replay, its logits buffer (k, V))
+        self.encoders: dict[int, tuple] = {}  # source bucket n -> (the encoder graph's replay, None)
+        self.enc_bias: dict[int, torch.Tensor] = {}  # n -> (H, n, n) the encoder's relative positions
         dev = self.device
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)  # the call's first position
         self.n_src = torch.ones(1, dtype=torch.long, device=dev)  # the source's length
@@ -73,23 +80,36 @@ class StaticT5:
         self.kv = torch.zeros(0)
         self._grow(max_len)
         self.ckv = torch.zeros(len(self.layers), 2, self.H, max_src, self.dh, dtype=self.dtype, device=dev)
+        self.src = torch.zeros(max_src, dtype=torch.long, device=dev)  # the source, padded
+        self.starts = torch.arange(0, 4096, ROWS, device=dev)  # the encoder's row chunks' first rows
 
     # -- the interface ----------------------------------------------------------------------------
     @torch.inference_mode()
     def begin(self, src: torch.Tensor) -> None:
-        """Encode src (1, S) with the model's encoder and write every layer's cross keys and
-        values into the padded buffers."""
+        """Encode src (1, S), padded to n = max(16, the power of two >= S) rows whose keys are
+        masked, and write every decoder layer's cross keys and values; one graph per n."""
         S = src.shape[1]
-        if S > self.ckv.shape[3]:  # a longer source: larger buffers, new graphs
-            self.ckv = torch.zeros(
-                *self.ckv.shape[:3], _pow2(S), self.dh, dtype=self.dtype, device=self.device
+        if S > self.starts.shape[0] * ROWS:
+            raise ValueError(
+                f"engine='static' encodes sources of up to {self.starts.shape[0] * ROWS} tokens, got {S}"
             )
+        n = max(ROWS, _pow2(S))
+        if n > self.ckv.shape[3]:  # a longer source: larger buffers, new graphs
+            L, _, H, _, dh = self.ckv.shape
+            self.ckv = torch.zeros(L, 2, H, n, dh, dtype=self.dtype, device=self.device)
+            self.src = torch.zeros(n, dtype=torch.long, device=self.device)
             self.captured.clear()
-        e = self.model.get_encoder()(input_ids=src).last_hidden_state[0]  # (S, d)
-        for i, w in enumerate(self.layers):
-            kv = F.linear(e, w["ckv"]).view(S, 2, self.H, self.dh).permute(1, 2, 0, 3)  # (2, H, S, dh)
-            self.ckv[i, :, :, :S] = kv
+            self.encoders.clear()
+        self.src.zero_()
+        self.src[:S].copy_(src[0])
         self.n_src.fill_(S)
+        if n not in self.enc_bias:
+            self.enc_bias[n] = self.rel_enc.compute_bias(n, n, device=self.device)[0]  # (H, n, n)
+        if not self.graphs:
+            return self.encode(n)
+        if n not in self.encoders:
+            self.encoders[n] = self._capture(lambda: self.encode(n))
+        self.encoders[n][0]()
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
@@ -104,10 +124,10 @@ class StaticT5:
         if not self.graphs:
             return self.step(self.tokens[:k])
         if k not in self.captured:
-            self.captured[k] = self._capture(k)
-        graph, out = self.captured[k]
-        graph.replay()
-        return out
+            self.captured[k] = self._capture(lambda: self.step(self.tokens[:k]))
+        replay, out = self.captured[k]
+        replay()
+        return out.clone()  # the graph writes every call of this length into the same buffer
 
     def crop(self, drop: int) -> None:
         """Nothing to do: the next call overwrites from the caller's length on."""
@@ -127,31 +147,61 @@ class StaticT5:
             q = K.mm(K.rms_norm(x, w["ln1"], self.eps), w["cq"]).view(k, H, dh).transpose(0, 1)
             a = K.attention(q, self.ckv[i, 0], self.ckv[i, 1], self.pos, n_keys=self.n_src)
             x = K.mm(a.transpose(0, 1).reshape(k, H * dh), w["co"], "add", x)
-            h = K.rms_norm(x, w["lnf"], self.eps)
-            if "wi0" in w:  # gated (T5 v1.1, mT5): act(h wi0) * (h wi1)
-                u = K.mm(h, w["wi1"], "mul", K.mm(h, w["wi0"], self.act))
-            else:
-                u = K.mm(h, w["wi"], self.act)
-            x = K.mm(u, w["wo"], "add", x)
+            x = self._ff(x, w)
         h = K.rms_norm(x, self.ln, self.eps)
         if self.scale is not None:  # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs)
             h = h * self.scale
         return K.mm(h, self.lm)  # (k, V)
 
+    def encode(self, n: int) -> None:
+        """The encoder over the padded source self.src[:n] (keys past n_src masked), then each
+        decoder layer's cross keys and values into self.ckv[..., :n, :]."""
+        H, dh = self.H, self.dh
+        x = F.embedding(self.src[:n], self.emb)  # (n, d)
+        for w in self.enc:
+            qkv = K.mm(K.rms_norm(x, w["ln0"], self.eps), w["qkv"]).view(n, 3, H, dh).permute(1, 2, 0, 3)
+            a = torch.cat(
+                [
+                    K.attention(
+                        qkv[0, :, r : r + ROWS],
+                        qkv[1],
+                        qkv[2],
+                        self.starts[r // ROWS : r // ROWS + 1],
+                        n_keys=self.n_src,
+                        bias=self.enc_bias[n],
+                    )
+                    for r in range(0, n, ROWS)
+                ],
+                1,
+            )
+            x = self._ff(K.mm(a.transpose(0, 1).reshape(n, H * dh), w["o"], "add", x), w)
+        e = K.rms_norm(x, self.enc_ln, self.eps)  # (n, d)
+        for i, w in enumerate(self.layers):
+            self.ckv[i, :, :, :n] = K.mm(e, w["ckv"]).view(n, 2, H, dh).permute(1, 2, 0, 3)
+
     # -- internals --------------------------------------------------------------------------------
-    def _capture(self, k: int) -> tuple:
-        """The CUDA graph of a k-token call. The warm-up runs (which compile the kernels) and the
-        capture compute this very call: they write the cache rows the replay then rewrites."""
+    def _ff(self, x: torch.Tensor, w: dict) -> torch.Tensor:
+        """x + T5's feed-forward of its norm: relu, or gated (T5 v1.1, mT5: act(h wi0) * (h wi1))."""
+        h = K.rms_norm(x, w["lnf"], self.eps)
+        if "wi0" in w:
+            u = K.mm(h, w["wi1"], "mul", K.mm(h, w["wi0"], self.act))
+        else:
+            u = K.mm(h, w["wi"], self.act)
+        return K.mm(u, w["wo"], "add", x)
+
+    def _capture(self, fn) -> tuple:
+        """(replay, output) of fn captured in a CUDA graph. The warm-up runs (which compile the
+        kernels) and the capture compute this very call: they write what the replay rewrites."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self.step(self.tokens[:k])
+                fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = self.step(self.tokens[:k])
-        return graph, out
+            out = fn()
+        return graph.replay, out
 
     def _grow(self, T: int) -> None:
         """KV cache and bias table for T positions, the cache's rows kept; graphs dropped."""
@@ -164,10 +214,25 @@ class StaticT5:
         self.captured.clear()
 
 
-def _weights(block) -> dict:
-    """A T5Block's decoder weights by short name; q/k/v and the cross k/v each in one matrix."""
-    sa, ca, ff = block.layer
-    at, x, dense = sa.SelfAttention, ca.EncDecAttention, ff.DenseReluDense
+def _weights(block, cross: bool = True) -> dict:
+    """A T5Block's weights by short name; q/k/v and the cross k/v each in one matrix."""
+    sa, ff = block.layer[0], block.layer[-1]
+    at, dense = sa.SelfAttention, ff.DenseReluDense
+    if not cross:  # an encoder block
+        w = {
+            "ln0": sa.layer_norm.weight,
+            "o": at.o.weight,
+            "lnf": ff.layer_norm.weight,
+            "wo": dense.wo.weight,
+        }
+        w["qkv"] = torch.cat([at.q.weight, at.k.weight, at.v.weight]).detach()
+        return w | (
+            {"wi0": dense.wi_0.weight, "wi1": dense.wi_1.weight}
+            if hasattr(dense, "wi_0")
+            else {"wi": dense.wi.weight}
+        )
+    x = block.layer[1].EncDecAttention
+    ca = block.layer[1]
     w = {
         "ln0": sa.layer_norm.weight,
         "o": at.o.weight,

@@ -110,6 +110,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "quantized-all": lambda r: _quantbench().block(r),  # docs/quantization.md
     "int8-products": lambda r: _quantbench().products_block(r),
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
+    "gpu-static": lambda r: _gpu().static_block(r),
     "exactness": lambda r: _exactness().block(r),  # docs/engines.md
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
 }  # fmt: skip

@@ -164,3 +164,60 @@ def _probes(out: Path) -> list[str]:
     return ["", f"**Row invariance on the GPU** (models.rowinv's probe, the shipped pair's lean engine in "
                 f"float32 and bfloat16): {len(t) - len(bad)} of {len(t)} products have a row-invariant path; "
                 f"those without one: {said}."]  # fmt: skip
+
+
+STATIC = "figures/gpu/static"  # the static engine's first run on a GPU (regime and lossless parts)
+PAIRS = [("t5-small", "t5-large"), ("mt5-small", "mt5-large"), ("multi30k-small-aligned", "multi30k-large")]
+
+
+def static_block(root: Path, folder: str = STATIC) -> str:
+    """docs/engines.md's block on the static engine: regime.csv and bild.csv of one run."""
+    from bildlib.analysis.tables import md_table, read_json
+
+    out = root / folder
+    m = read_json(root, f"{folder}/machine.json")
+    t = pd.read_csv(out / "regime.csv", keep_default_na=False).set_index("model")
+    if bad := [f"{i}: {n}" for i, n in t["notes"].items() if n]:
+        raise ValueError(f"{folder}/regime.csv: an engine failed: {bad[0]}")
+    cols = ["hf_ms", "lean_ms", "lean_graphed_ms", "static_eager_ms", "static_ms", "static_call10_ms"]
+    rows = [[f"`{i}`", f"{r.read_MB:,.1f}", f"{r.limit_ms:.4f}", *(f"{r[c]:.3f}" for c in cols),
+             f"{r.static_over_limit:.1f}×", "yes" if r.static_exact else "**no**"]
+            for i, r in t.iterrows()]  # fmt: skip
+
+    def ratio(col: str, small: str, large: str) -> str:
+        return f"{t.loc[small, col] / t.loc[large, col]:.2f}" if {small, large} <= set(t.index) else "–"
+
+    ratios = [[f"`{s}` / `{lg}`", *(ratio(c, s, lg) for c in ("lean_ms", "lean_graphed_ms", "static_ms"))]
+              for s, lg in PAIRS]  # fmt: skip
+    b = pd.read_csv(out / "bild.csv", dtype={"error": str})
+    if bad := b[b["error"].fillna("") != ""].to_dict("records"):
+        raise ValueError(f"{folder}/bild.csv: a setting failed: {bad[0]['dtype']} {bad[0]['engine']}")
+    brows = [[r.dtype, f"`{r.decoder}`", f"{r.bleu:.2f}", f"{r.same_as_vanilla:.1%}",
+              f"{r.small_calls:.1f}", f"{r.large_calls:.1f}", f"{r.ms:.1f}", f"{r.speedup:.2f}×"]
+             for r in b.itertuples()]  # fmt: skip
+    n, timed = int(b["n"].iloc[0]), int(b["timed"].iloc[0])
+    v = m["versions"]
+    return "\n".join([
+        f"Run {m['date']} on one {m['device']} (CUDA {m['cuda']}, torch {v['torch']}, Triton "
+        f"{v['triton']}); files in `{folder}/`. The row-invariant kernels' tests compiled on that GPU: "
+        f"{tests_line(out)}.",
+        "",
+        f"**One decoder step**, {t['dtype'].iloc[0]}, batch 1, position 20 over a 32-token source, "
+        f"milliseconds (medians, CUDA synchronised). *Limit*: the bytes the step reads over a "
+        f"device-to-device copy's bandwidth here ({t['copy_GBps'].iloc[0]:,.0f} GB/s). The paper's "
+        f"shapes carry random weights. *Keeps bits*: each of 10 tokens has the same logits from one "
+        f"10-token call as from ten one-token calls.",
+        "",
+        md_table(["model", "weights read (MB)", "limit", "HF", "lean", "lean graphed", "static eager",
+                  "static", "static, 10 tokens", "static / limit", "keeps bits"], rows),
+        "",
+        "**A small model's step over its large model's** (BiLD pays when this is small):",
+        "",
+        md_table(["pair", "lean", "lean graphed", "static"], ratios),
+        "",
+        f"**Lossless BiLD on the static engine** (the shipped pair, the first {n} val sentences, the "
+        f"first {n - timed} untimed, interleaved; ms and calls per sentence):",
+        "",
+        md_table(["dtype", "decoder", "BLEU", "same as vanilla", "small calls", "large calls", "ms",
+                  "speedup"], brows),
+    ])  # fmt: skip
