@@ -112,6 +112,10 @@ def attention(q, k, v, pos, n_keys=None, bias=None, out=None) -> torch.Tensor:
         raise ValueError(
             f"attention: k and v must be (H, T, dh) alike, got {tuple(k.shape)}, {tuple(v.shape)}"
         )
+    if bias is not None and (bias.dim() != 3 or bias.stride(-1) != 1):
+        raise ValueError(
+            f"attention: bias must be (H, T_q, T) with unit stride over keys, got strides {bias.stride()}"
+        )
     q = q.contiguous()
     o = out if out is not None else torch.empty_like(q)
     b = bias if bias is not None else q

@@ -117,3 +117,10 @@ def test_cross_attention(n, dtype):
     torch.testing.assert_close(got, R.attention_ref(q, k[:, :n], v[:, :n], _pos(3), n_keys=nk), **TOL[dtype])
     for j in (0, 9, 15):
         assert torch.equal(A.attention(q[:, j : j + 1], k, v, _pos(3 + j), n_keys=nk)[:, 0], got[:, j])
+
+
+def test_attention_refuses_a_bias_it_would_misread():
+    """T5's compute_bias returns a permuted view; the kernel reads keys at unit stride."""
+    q, k, v, bias = _attn_inputs(2, 20, 8, torch.float32, 3)
+    with pytest.raises(ValueError, match="unit stride"):
+        A.attention(q, k, v, _pos(0), bias=bias.transpose(1, 2))

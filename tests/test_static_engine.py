@@ -118,3 +118,28 @@ def test_static_with_fixed_output_buffers_decodes_as_lean(monkeypatch, distance)
     kept = first.clone()
     st[1].forward([6])  # the same length: the buffer is rewritten, the returned logits are not
     assert torch.equal(first, kept) and st[0].impl.captured and st[1].impl.encoders
+
+
+def test_static_runs_the_triton_kernels_as_on_a_gpu(monkeypatch):
+    """The GPU path's kernels inside the engine, encoder chunks included, under Triton's
+    interpreter on CPU (bildlib.kernels dispatches CUDA tensors to them; here every tensor): the
+    logits equal HF's within float32's rounding, and each token of a 5-token call has the bits it
+    gets in one-token calls (row invariance, as vanilla greedy's steps against BiLD's check)."""
+    import os
+
+    import bildlib.kernels as K
+
+    if os.environ.get("TRITON_INTERPRET") != "1" or not K.HAS_TRITON:
+        pytest.skip("needs Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1)")
+    monkeypatch.setattr(K, "_triton", lambda *xs: True)
+    model, tok = tiny("mt5"), tiny_tokenizer()
+    hf, st = LM(model, tok, engine="hf"), LM(model, tok, engine="static")
+    src = torch.randint(3, 40, (1, 21), generator=torch.Generator().manual_seed(2))  # two encoder chunks
+    bos = hf.start(src)
+    st.start(src)
+    calls = [[bos, 5, 6], [7, 8, 9, 10, 11]]
+    for toks in calls:
+        torch.testing.assert_close(st.forward(toks), hf.forward(toks), atol=1e-4, rtol=0)
+    whole = st.impl.forward(torch.tensor(calls[1]), 3).clone()
+    for j, t in enumerate(calls[1]):
+        assert torch.equal(st.impl.forward(torch.tensor([t]), 3 + j)[0], whole[j]), j

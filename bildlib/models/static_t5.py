@@ -104,7 +104,9 @@ class StaticT5:
         self.src[:S].copy_(src[0])
         self.n_src.fill_(S)
         if n not in self.enc_bias:
-            self.enc_bias[n] = self.rel_enc.compute_bias(n, n, device=self.device)[0]  # (H, n, n)
+            self.enc_bias[n] = self.rel_enc.compute_bias(n, n, device=self.device)[
+                0
+            ].contiguous()  # (H, n, n)
         if not self.graphs:
             return self.encode(n)
         if n not in self.encoders:
@@ -210,7 +212,8 @@ class StaticT5:
         if n:
             kv[..., :n, :] = self.kv
         self.kv = kv
-        self.bias = self.rel.compute_bias(T, T, device=self.device)[0]  # (H, T, T), relative positions
+        # (H, T, T), relative positions; contiguous (compute_bias returns a permuted view)
+        self.bias = self.rel.compute_bias(T, T, device=self.device)[0].contiguous()
         self.captured.clear()
 
 
