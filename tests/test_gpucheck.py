@@ -141,3 +141,25 @@ def test_the_lut_part_renders_one_row_per_shape(tmp_path):
     text = "\n".join(render._lut(tmp_path))
     assert "| 1,024 × 384 | 10.0 | 5.0 | 6.0 |" in text and "| 4,096 × 4,096 | 10.0 | 5.0 | 6.0 |" in text
     assert "torch bf16" in text and "3-bit + 0.45 %" in text and "LUT 3-bit" not in text  # only what ran
+
+
+def test_projection_costs_table1s_calls_at_the_pairs_steps():
+    """Vanilla: a large step a token; BiLD: a small step a draft plus a 10-token call a large call."""
+    from bildlib.bench.gpu.projection import project
+
+    regime = pd.DataFrame({"model": ["t5-small", "t5-large"], "static_ms": [0.5, 2.0],
+                           "static_call10_ms": [0.7, 3.0]})  # fmt: skip
+    fig4 = pd.DataFrame([
+        {"method": "vanilla", "model": "large", "repeat": 0, "tokens": 100, "n": 10, "drafted": 0,
+         "large_calls": 0, "fallback": None, "rollback": None},
+        {"method": "bild", "model": "aligned", "repeat": 0, "tokens": 100, "n": 10, "drafted": 120,
+         "large_calls": 30, "fallback": 0.5, "rollback": 1.0},
+    ])  # fmt: skip
+    table1 = pd.DataFrame([{"rule": "interval", "model": "BiLD (aligned)", "regime": "no loss",
+                            "fallback": 0.5, "rollback": 1.0, "speedup": 1.7}])  # fmt: skip
+    p = project(regime, fig4, table1)
+    assert list(p["pair"]) == ["T5"]  # mT5's shapes are not in this regime table
+    assert p["projected_speedup"].iloc[0] == pytest.approx((10 * 2.0) / (12 * 0.5 + 3 * 3.0))
+    table1.loc[0, "rollback"] = 2.0  # Table 1 names a run fig4.csv does not hold
+    with pytest.raises(ValueError, match="no single run of BiLD \\(aligned\\)"):
+        project(regime, fig4, table1)
