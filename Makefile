@@ -212,12 +212,16 @@ bench-batch: $(STAMP)
 	$(BIN)/python -m bildlib.bench.batchbench --check --out figures/batch
 	$(BIN)/python -m bildlib.bench.batchbench --out figures/batch
 
-# On a CUDA machine (docs/engines.md, "On a GPU"; about 5 min on an H200): the Triton kernels' tests
-# compiled for the GPU, then bildlib.bench.gpu's parts (its --plan lists them: the kernels' benchmark, the
-# engines' calls, fig4's sweep, lossless BiLD in each dtype and engine), into figures/gpu/. Without a
-# GPU it stops at once and says so. It finishes the check after failed kernel tests, then fails.
+# On a CUDA machine (docs/engines.md, "On a GPU"): the Triton kernels' tests compiled for the GPU,
+# then bildlib.bench.gpu's parts (its --plan lists them: the paper's regime per engine and model,
+# lossless BiLD in each dtype and engine, fig4's sweep on the static engine, the probes, the calls),
+# into figures/gpu/. Without a GPU it stops at once and says so. It finishes the check after failed
+# kernel tests, then fails.
 GPU_CHECK_OUT ?= figures/gpu
 GPU_CHECK_N ?= 200
+# the parts: the 8-minute set by default (bildlib/bench/gpu/check.py, QUICK); "all" adds the kernel
+# and LUT benchmarks, HF's forward in bf16 and the paper presets' dry run
+GPU_CHECK_PARTS ?=
 # Lossless BiLD against vanilla greedy on all of Multi30k val on this machine: both dtypes, today's
 # engine and the probed one, then each ISA cap this CPU supports (bildlib.bench.exactness; resumes).
 exactness: $(STAMP)
@@ -228,7 +232,8 @@ gpu-check: $(STAMP)
 	@mkdir -p $(GPU_CHECK_OUT)
 	set -o pipefail; BILD_KERNEL_TEST_DEVICE=cuda TRITON_INTERPRET=0 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_kernels_triton.py tests/test_kernels_rowinv.py 2>&1 | tee $(GPU_CHECK_OUT)/kernel-tests.txt; t=$$?; \
-	  $(BIN)/python -m bildlib.bench.gpu --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) && exit $$t
+	  $(BIN)/python -m bildlib.bench.gpu --out $(GPU_CHECK_OUT) --n $(GPU_CHECK_N) \
+	  $(if $(GPU_CHECK_PARTS),--parts $(GPU_CHECK_PARTS)) && exit $$t
 
 # Rebuilds the committed tokenizer (deterministic: the same bytes each time).
 tokenizer: $(STAMP)

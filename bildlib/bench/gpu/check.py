@@ -4,10 +4,12 @@
     python -m bildlib.bench.gpu --out figures/gpu        # on a CUDA machine (make gpu-check)
     python -m bildlib.bench.gpu --device cpu --n 4 --out /tmp/gc   # the same logic, on CPU
 
-The Makefile first runs the Triton kernels' tests on the GPU (tests/test_kernels_triton.py with
-BILD_KERNEL_TEST_DEVICE=cuda; their log is kernel-tests.txt), then the parts in PLAN, each into its
-files in the output folder. A part that fails is reported and the next one runs: one run on a
-borrowed GPU shows everything; the command then fails, naming the parts that did.
+The Makefile first runs the Triton kernels' tests on the GPU (tests/test_kernels_*.py with
+BILD_KERNEL_TEST_DEVICE=cuda; their log is kernel-tests.txt), then the parts in QUICK (sized for
+8 minutes of an H200: the run of 2026-11-28 with every part reached its 440-second limit inside
+the dry run, its last part), each into its files in the output folder; `make gpu-check
+GPU_CHECK_PARTS=all` runs every part of PLAN. A part that fails is reported and the next one runs:
+one run on a borrowed GPU shows everything; the command then fails, naming the parts that did.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ PLAN = {  # part: what it runs and writes (the kernel tests run before, from the
     "codes, with and without a 0.45 % sparse part, against torch's bf16 product, k 1 and 4 -> lut.csv",
     "steps": "a one-token step and a 10-token call of each model, HF's forward against the lean engine, "
     "float32 and bfloat16, CUDA synchronised (bildlib.bench.callbench) -> steps.csv",
-    "fig4": "fig4's sweep (experiments.sweep, as notebooks/fig4 runs it) on the shipped pair, the first 50 "
-    "val sentences, α_FB 0.3 and 0.5, α_RB 1, into a temporary cache -> fig4_table1.csv, fig4_checks.json",
+    "fig4": "fig4's sweep (experiments.sweep, as notebooks/fig4 runs it) on the shipped pair's static "
+    "engine, the first 50 val sentences, the preset's α_FB × α_RB grid, into a temporary cache -> "
+    "fig4_table1.csv, fig4_checks.json",
     "regime": "the paper's regime (bildlib.bench.gpu.regime): one bf16 decoder step of HF's forward, the "
     "lean engine eager and graphed, and the static engine eager, graphed and as a 10-token call, on the "
     "shipped pair and on T5/mT5 small and large at their real size (random weights), against the time "
@@ -48,10 +51,12 @@ PLAN = {  # part: what it runs and writes (the kernel tests run before, from the
     "probes": "the row-invariance probe's choice for each product of the shipped pair's lean engine on "
     "this device, float32 and bfloat16 (models.rowinv): path, invariant or not, paths refused -> probes.csv",
     "lossless": "lossless BiLD (distance='exact') against vanilla greedy and BiLD at its default "
-    "thresholds, the first n val sentences, each dtype and engine, interleaved -> bild.csv",
+    "thresholds, the first n val sentences, each dtype and engine (HF's in float32 only but with "
+    "--engines hf), interleaved -> bild.csv",
     "dryrun": "the paper presets' dry run (experiments.paper.dryrun, its covering plan: every notebook "
     "on random models of the checkpoints' shapes and hub-schema data, n = 2) with device=cuda -> dryrun.csv",
 }
+QUICK = ["regime", "lossless", "fig4", "probes", "steps"]  # make gpu-check's default: the paper's regime
 
 
 def versions() -> dict:
@@ -86,16 +91,17 @@ def steps(device, out: Path, rounds: int = 10) -> pd.DataFrame:
     return df
 
 
-def fig4(device, out: Path, n: int = 50) -> pd.DataFrame:
-    """fig4_table1.csv and fig4_checks.json: Table 1 from fig4's sweep on `device`, a small grid."""
+def fig4(device, out: Path, n: int = 50, engine: str = "static") -> pd.DataFrame:
+    """fig4_table1.csv and fig4_checks.json: Table 1 from fig4's sweep on `device` and `engine`."""
     from bildlib import analysis as A
     from bildlib import experiments as X
     from bildlib import notebook
     from bildlib.plots import save_table
 
-    grid = X.bild_grid("multi30k", fallbacks=[0.3, 0.5], rollbacks=[1.0])
+    grid = X.bild_grid("multi30k")
     with tempfile.TemporaryDirectory() as cache:  # timed afresh, and nothing left in data/results
-        df = X.sweep("multi30k", grid, n_examples=n, device=str(device), results=Path(cache), progress=False)
+        df = X.sweep("multi30k", grid, n_examples=n, device=str(device), results=Path(cache), progress=False,
+                     engine=engine)
     s = A.summarize(df)
     table = A.summary_table(s)
     save_table(table.assign(**A.run_info(s)), "fig4_table1", out)  # as notebooks/fig4 writes table1.csv
@@ -163,7 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(REPO_ROOT / FOLDER), help="folder for the files")
     ap.add_argument("--device", default="cuda", help="cuda (the check) or cpu (its logic only)")
     ap.add_argument("--plan", action="store_true", help="print the parts, refuse without CUDA, and stop")
-    ap.add_argument("--parts", nargs="+", choices=list(PLAN), default=list(PLAN), help="the parts to run")
+    ap.add_argument("--parts", nargs="+", choices=[*PLAN, "all"], default=QUICK,
+                    help="the parts to run (default: the 8-minute set; all: every part)")
+    ap.add_argument("--fig4-engine", default="static", help="the engine of fig4's sweep")
     ap.add_argument("--engines", nargs="+", choices=["hf", "lean", "static"], default=None,
                     help="the lossless part's engines (default: all; the first setting is the reference)")
     ap.add_argument("--n", type=int, default=200, help="Multi30k val sentences per lossless setting")
@@ -172,8 +180,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=200, help="timed calls per kernel benchmark cell")
     ap.add_argument("--rounds", type=int, default=10, help="rounds of the engines' call timings")
     a = ap.parse_args(argv)
+    if "all" in a.parts:
+        a.parts = list(PLAN)
     if a.plan:
-        print("\n".join(f"- {k}: {v}" for k, v in PLAN.items()), flush=True)
+        lines = (f"- {k}: {v}" + ("" if k in QUICK else " [with --parts all]") for k, v in PLAN.items())
+        print("\n".join(lines), flush=True)
     if a.device.startswith("cuda") and (why := refusal()):
         sys.exit(why)
     if a.plan:
@@ -200,13 +211,14 @@ def main(argv: list[str] | None = None) -> None:
             elif part == "steps":
                 print(steps(device, out, a.rounds).round(3).to_string(index=False), flush=True)
             elif part == "fig4":
-                print(fig4(device, out, a.fig4_n).to_string(index=False), flush=True)
+                print(fig4(device, out, a.fig4_n, a.fig4_engine).to_string(index=False), flush=True)
             elif part == "regime":
                 print(regime_part(device, out).to_string(index=False), flush=True)
             elif part == "probes":
                 print(probes(device, out).to_string(index=False), flush=True)
             elif part == "lossless":
-                settings = [s for s in SETTINGS if a.engines is None or s[1] in a.engines]
+                keep = (lambda s: s[1] in a.engines) if a.engines else (lambda s: s != ("bfloat16", "hf"))
+                settings = [s for s in SETTINGS if keep(s)]
                 lossless(device, a.n, a.warmup, settings=settings, out=out)
             elif part == "dryrun":
                 dryrun(device, out)
