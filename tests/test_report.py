@@ -220,3 +220,19 @@ def test_a_trial_run_in_figures_is_refused(tree):
     with pytest.raises(report.ReportError, match="table1.csv: column 'dtype' holds bfloat16, its checks "
                                                  "file .*fig4_checks.json says float32"):  # fmt: skip
         report.render(README, tree)
+
+
+def test_a_run_that_names_no_code_state_is_refused(tree, capsys):
+    """Only the runs committed before code states were recorded (report.UNNAMED, each with the
+    target that reruns it) may name none; any other is refused, naming file and block."""
+    assert report.unnamed_runs(tree) == []
+    for path, target in report.UNNAMED.items():  # the list shrinks as the reruns land
+        assert "code" not in json.loads((tree / path).read_text()), f"{path} names its code now: drop it"
+        assert target.split()[-1] in (REPO / "Makefile").read_text()
+    f = tree / "figures" / "fig4_checks.json"
+    f.write_text(json.dumps({k: v for k, v in json.loads(f.read_text()).items() if k != "code"}))
+    bad = report.unnamed_runs(tree)
+    assert bad and all("figures/fig4_checks.json names no code state" in b for b in bad)
+    assert any(b.startswith("README.md, block 'table1'") for b in bad)
+    assert report.main(["--root", str(tree)]) == 2
+    assert "fig4_checks.json names no code state" in capsys.readouterr().err

@@ -70,12 +70,15 @@ def versions() -> dict:
 
 
 def machine(device: torch.device) -> dict:
+    from bildlib import notebook
+
     cuda = device.type == "cuda"
     return {
         "device": device_name(device),
         "cuda": torch.version.cuda if cuda else None,
         "platform": platform.platform(),
         "date": time.strftime("%Y-%m-%d"),
+        "code": notebook.code_state(),  # the code this check ran (notebook.code_state)
         "versions": versions(),
     }
 
