@@ -98,7 +98,8 @@ def attention(q, k, v, pos, n_keys=None, bias=None, out=None) -> torch.Tensor:
     """Attention of q (H, M, dh), M <= 16 rows at positions pos + [0, M), over keys and values
     k, v (H, T, dh) (the cache, or the padded source). pos: a (1,) int device tensor. Causal when
     n_keys is None (key t is seen by the row at position p when t <= p); otherwise over the first
-    n_keys[0] keys. bias (H, T_q, T) is added at [h, pos + row, t] (T5's relative positions)."""
+    n_keys[0] keys. bias (H, T_q, T) is added at [h, pos + row, t] (T5's relative positions).
+    Returns (H, M, dh) laid out as (M, H, dh) in memory."""
     H, M, dh = q.shape
     if M > ROWS:
         raise ValueError(f"attention: at most {ROWS} query rows, got {M}")
@@ -116,8 +117,9 @@ def attention(q, k, v, pos, n_keys=None, bias=None, out=None) -> torch.Tensor:
         raise ValueError(
             f"attention: bias must be (H, T_q, T) with unit stride over keys, got strides {bias.stride()}"
         )
-    q = q.contiguous()
-    o = out if out is not None else torch.empty_like(q)
+    q = q if q.stride(2) == 1 else q.contiguous()  # a view of a fused qkv product reads in place
+    # the output as (M, H, dh) memory: the caller's (M, H dh) for the next product is then a view
+    o = out if out is not None else torch.empty(M, H, dh, dtype=q.dtype, device=q.device).transpose(0, 1)
     b = bias if bias is not None else q
     nk = n_keys if n_keys is not None else pos
     attention_kernel[(H,)](
