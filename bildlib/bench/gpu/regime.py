@@ -27,38 +27,14 @@ import time
 import pandas as pd
 import torch
 
+from bildlib.bench.gpu.lossless import sync
+
 PAIR = {
     "multi30k-small-aligned": "data/checkpoints/multi30k-small-aligned",
     "multi30k-large": "data/checkpoints/multi30k-large",
 }
 PAPER = ("t5-small", "t5-large", "mt5-small", "mt5-large")
 POS, SRC = 20, 32
-
-
-def paper_model(shape: str, device, dtype):
-    """A random model of a paper checkpoint's shape, drawn on `device` (seconds, not minutes, for
-    mT5-large): N(0, 1/fan_in) matrices, norms at 1, the head tied as the checkpoint's."""
-    from transformers import AutoModelForSeq2SeqLM
-
-    from bildlib.experiments.paper.shapes import config, shapes
-
-    with torch.device("meta"):
-        m = AutoModelForSeq2SeqLM.from_config(config(shape))
-    m = m.to_empty(device=device)
-    g = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, p.shape[-1] ** -0.5, generator=g)
-        m.encoder.set_input_embeddings(m.shared)
-        m.decoder.set_input_embeddings(m.shared)
-        if shapes()["shapes"][shape].get("tie_word_embeddings") is not False:
-            m.lm_head.weight = m.shared.weight
-        for s in (m.encoder, m.decoder):
-            s.block[0].layer[0].SelfAttention.relative_attention_bias.weight.mul_(0.1)
-    return m.to(dtype).eval()
 
 
 def step_bytes(model) -> int:
@@ -78,10 +54,10 @@ def bandwidth(device, mib: int = 1024) -> float:
     y = torch.empty_like(x)
     best = float("inf")
     for _ in range(6):
-        _sync(device)
+        sync(device)
         t = time.perf_counter()
         y.copy_(x)
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - t)
     return 2 * x.numel() / best
 
@@ -91,10 +67,10 @@ def median_ms(fn, device, n: int = 30, warmup: int = 5) -> float:
         fn()
     ts = []
     for _ in range(n):
-        _sync(device)
+        sync(device)
         t = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         ts.append(1e3 * (time.perf_counter() - t))
     return statistics.median(ts)
 
@@ -106,15 +82,14 @@ def measure(name: str, model, device, bw: float) -> dict:
     from bildlib.models.lean_t5 import LeanT5
     from bildlib.models.static_t5 import StaticT5
 
-    V = model.config.vocab_size
+    V, read = model.config.vocab_size, step_bytes(model)
     g = torch.Generator().manual_seed(1)
     src = torch.randint(3, V, (1, SRC), generator=g).to(device)
     prefix = torch.randint(3, V, (POS,), generator=g).to(device)
     one = torch.randint(3, V, (1,), generator=g).to(device)
     ten = torch.randint(3, V, (10,), generator=g).to(device)
     row = {"model": name, "params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
-           "read_MB": round(step_bytes(model) / 1e6, 1)}  # fmt: skip
-    row["limit_ms"] = round(1e3 * step_bytes(model) / bw, 4)
+           "read_MB": round(read / 1e6, 1), "limit_ms": round(1e3 * read / bw, 4)}  # fmt: skip
     notes = []
 
     def engine(key, make, fn):
@@ -161,6 +136,7 @@ def measure(name: str, model, device, bw: float) -> dict:
 
 def regime(device, dtype=torch.bfloat16, paper: tuple | None = None) -> pd.DataFrame:
     """regime.csv's rows: the shipped pair, then the paper's shapes (all four by default)."""
+    from bildlib.experiments.paper.shapes import model_for
     from bildlib.models import load_model
 
     bw = bandwidth(device)
@@ -170,15 +146,10 @@ def regime(device, dtype=torch.bfloat16, paper: tuple | None = None) -> pd.DataF
         rows.append(measure(name, model, device, bw))
         print(rows[-1], flush=True)
     for shape in PAPER if paper is None else paper:
-        model = paper_model(shape, device, dtype)
+        model = model_for(shape, dtype=dtype, device=device)
         rows.append(measure(shape, model, device, bw))
         print(rows[-1], flush=True)
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return pd.DataFrame(rows).assign(dtype=str(dtype).removeprefix("torch."), copy_GBps=round(bw / 1e9, 1))
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -54,17 +54,19 @@ def config(shape: str, scale: Scale | None = None):
     return AutoConfig.for_model(s[shape]["model_type"], **fields)
 
 
-def model_for(shape: str, scale: Scale | None = None, seed: int = 0, dtype: torch.dtype = torch.float32):
+def model_for(shape: str, scale: Scale | None = None, seed: int = 0, dtype: torch.dtype = torch.float32,
+              device: str | torch.device = "cpu"):  # fmt: skip
     """A random-init model of `shape`. An untied shape (mT5) gets its own lm_head, as the real
-    checkpoints have (transformers 5 ties mT5 at init; it keeps a checkpoint's own lm_head)."""
+    checkpoints have (transformers 5 ties mT5 at init; it keeps a checkpoint's own lm_head).
+    device: where the weights are drawn (a GPU draws mT5-large in seconds; its draws differ)."""
     torch.manual_seed(seed)
     cfg = config(shape, scale)
     if not cfg.is_encoder_decoder:  # GPT-2: transformers' own init (N(0, 0.02), tied head)
-        return AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
+        return AutoModelForCausalLM.from_config(cfg).to(device=device, dtype=dtype).eval()
     with torch.device("meta"):
         m = AutoModelForSeq2SeqLM.from_config(cfg)
-    m = m.to_empty(device="cpu")  # float32 here, dtype at the end: the same draws in every dtype
-    g = torch.Generator().manual_seed(seed)
+    m = m.to_empty(device=device)  # float32 here, dtype at the end: the same draws in every dtype
+    g = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for p in m.parameters():  # layer norms at 1, the rest N(0, 1/sqrt(fan_in))
             if p.dim() == 1:
@@ -74,7 +76,7 @@ def model_for(shape: str, scale: Scale | None = None, seed: int = 0, dtype: torc
         m.encoder.set_input_embeddings(m.shared)  # one embedding, as in every T5 checkpoint
         m.decoder.set_input_embeddings(m.shared)
         if shapes()["shapes"][shape].get("tie_word_embeddings") is False:
-            w = torch.empty(m.lm_head.weight.shape).normal_(0.0, 0.05, generator=g)
+            w = torch.empty(m.lm_head.weight.shape, device=device).normal_(0.0, 0.05, generator=g)
             m.lm_head.weight = torch.nn.Parameter(w)
         else:
             m.lm_head.weight = m.shared.weight
