@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from bildlib import kernels as K
-from bildlib.models.lean_common import UnsupportedArchitectureError
+from bildlib.models.lean_common import UnsupportedArchitectureError, fuse
 
 ROWS = 16  # the most tokens one call takes (BiLD's calls are at most max_small_steps + 1)
 ACTS = {"relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -218,40 +218,21 @@ class StaticT5:
 
 
 def _weights(block, cross: bool = True) -> dict:
-    """A T5Block's weights by short name; q/k/v and the cross k/v each in one matrix."""
+    """A T5Block's weights by short name; q/k/v, and a decoder block's cross k/v, each fused into one
+    matrix as the lean engine fuses them (lean_common.fuse: the HF linears become its views, so no
+    weight is held twice)."""
     sa, ff = block.layer[0], block.layer[-1]
     at, dense = sa.SelfAttention, ff.DenseReluDense
-    if not cross:  # an encoder block
-        w = {
-            "ln0": sa.layer_norm.weight,
-            "o": at.o.weight,
-            "lnf": ff.layer_norm.weight,
-            "wo": dense.wo.weight,
-        }
-        w["qkv"] = torch.cat([at.q.weight, at.k.weight, at.v.weight]).detach()
-        return w | (
-            {"wi0": dense.wi_0.weight, "wi1": dense.wi_1.weight}
-            if hasattr(dense, "wi_0")
-            else {"wi": dense.wi.weight}
-        )
-    x = block.layer[1].EncDecAttention
-    ca = block.layer[1]
-    w = {
-        "ln0": sa.layer_norm.weight,
-        "o": at.o.weight,
-        "ln1": ca.layer_norm.weight,
-        "cq": x.q.weight,
-        "co": x.o.weight,
-        "lnf": ff.layer_norm.weight,
-        "wo": dense.wo.weight,
-    }
-    with torch.no_grad():
-        w["qkv"] = torch.cat([at.q.weight, at.k.weight, at.v.weight])  # (3 H dh, d)
-        w["ckv"] = torch.cat([x.k.weight, x.v.weight])  # (2 H dh, d)
+    w = {"ln0": sa.layer_norm.weight, "qkv": fuse(at.q, at.k, at.v)[0], "o": at.o.weight,
+         "lnf": ff.layer_norm.weight, "wo": dense.wo.weight}  # fmt: skip
     if hasattr(dense, "wi_0"):
         w |= {"wi0": dense.wi_0.weight, "wi1": dense.wi_1.weight}
     else:
         w["wi"] = dense.wi.weight
+    if cross:
+        ca = block.layer[1]
+        x = ca.EncDecAttention
+        w |= {"ln1": ca.layer_norm.weight, "cq": x.q.weight, "co": x.o.weight, "ckv": fuse(x.k, x.v)[0]}
     return w
 
 
