@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bildlib.bench.gpu import projection
+
 FOLDER = "figures/gpu"  # where make gpu-check writes
 
 
@@ -55,10 +57,7 @@ def block(root: Path, folder: str = FOLDER) -> str:
     out = root / folder
     m = read_json(root, f"{folder}/machine.json")
     v = m["versions"]
-    df = pd.read_csv(out / "bild.csv", dtype={"error": str})
-    if bad := df[df["error"].fillna("") != ""].to_dict("records"):
-        b = bad[0]
-        raise ValueError(f"{folder}/bild.csv: a setting failed: {b['dtype']} {b['engine']}: {b['error']}")
+    df = _bild(out, folder)
     rows = [[r.dtype, r.engine, f"`{r.decoder}`", f"{r.bleu:.2f}", f"{r.same_as_vanilla:.1%}",
              f"{r.same_as_reference:.1%}", f"{r.small_calls:.1f}", f"{r.large_calls:.1f}", f"{r.ms:.1f}",
              f"{r.speedup:.2f}×"] for r in df.itertuples()]  # fmt: skip
@@ -98,6 +97,15 @@ def block(root: Path, folder: str = FOLDER) -> str:
                 "large calls", "ms", "speedup"], rows),  # fmt: skip
         *more,
     ])
+
+
+def _bild(out: Path, folder: str) -> pd.DataFrame:
+    """bild.csv (the lossless part's rows); a setting that failed is an error naming it."""
+    df = pd.read_csv(out / "bild.csv", dtype={"error": str})
+    if bad := df[df["error"].fillna("") != ""].to_dict("records"):
+        b = bad[0]
+        raise ValueError(f"{folder}/bild.csv: a setting failed: {b['dtype']} {b['engine']}: {b['error']}")
+    return df
 
 
 def _steps(out: Path) -> list[str]:
@@ -167,7 +175,7 @@ def _probes(out: Path) -> list[str]:
 
 
 STATIC = "figures/gpu/static"  # the static engine's first run on a GPU (regime and lossless parts)
-PAIRS = [("t5-small", "t5-large"), ("mt5-small", "mt5-large"), ("multi30k-small-aligned", "multi30k-large")]
+PAIRS = [*projection.PAIRS.values(), ("multi30k-small-aligned", "multi30k-large")]  # small, large
 
 
 def static_block(root: Path, folder: str = STATIC) -> str:
@@ -189,9 +197,7 @@ def static_block(root: Path, folder: str = STATIC) -> str:
 
     ratios = [[f"`{s}` / `{lg}`", *(ratio(c, s, lg) for c in ("lean_ms", "lean_graphed_ms", "static_ms"))]
               for s, lg in PAIRS]  # fmt: skip
-    b = pd.read_csv(out / "bild.csv", dtype={"error": str})
-    if bad := b[b["error"].fillna("") != ""].to_dict("records"):
-        raise ValueError(f"{folder}/bild.csv: a setting failed: {bad[0]['dtype']} {bad[0]['engine']}")
+    b = _bild(out, folder)
     brows = [[r.dtype, f"`{r.decoder}`", f"{r.bleu:.2f}", f"{r.same_as_vanilla:.1%}",
               f"{r.small_calls:.1f}", f"{r.large_calls:.1f}", f"{r.ms:.1f}", f"{r.speedup:.2f}×"]
              for r in b.itertuples()]  # fmt: skip
@@ -227,9 +233,8 @@ def static_block(root: Path, folder: str = STATIC) -> str:
 def _projected(root: Path, regime: pd.DataFrame) -> list[str]:
     """The projection's table (bildlib.bench.gpu.projection): Table 1's calls at the paper's costs."""
     from bildlib.analysis.tables import md_table, read_csv
-    from bildlib.bench.gpu.projection import project
 
-    p = project(regime, read_csv(root, "figures/fig4.csv"), read_csv(root, "figures/table1.csv"))
+    p = projection.project(regime, read_csv(root, "figures/fig4.csv"), read_csv(root, "figures/table1.csv"))
     rows = [[r.pair, r.model, r.regime, f"{r.fallback:g}", f"{r.rollback:g}", f"{r.small_calls:.1f}",
              f"{r.large_calls:.1f}", f"{r.vanilla_calls:.1f}", f"*{r.projected_speedup:.2f}×*",
              f"{r.measured_cpu_speedup:.2f}×"] for r in p.itertuples()]  # fmt: skip
