@@ -62,11 +62,12 @@ if __name__ == "bildlib.kernels":
 
     # The static engine's step (models.static_t5): row-invariant kernels on a GPU, whose result a
     # row has alone or among up to 16 (triton_rowinv); their torch references elsewhere.
-    def mm(x, w, epilogue: str = "none", other=None):
-        """x (M, K) @ w (N, K)^T with an epilogue ("add" / "mul" other, "relu", "gelu_tanh")."""
+    def mm(x, w, epilogue: str = "none", other=None, norm=None, eps: float = 1e-6, scale: float = 1.0):
+        """x (M, K) @ w (N, K)^T times scale, with an epilogue ("add" / "mul" other, "relu",
+        "gelu_tanh"); norm (K,): of T5's RMS norm of x by norm, fused (reference.mm_ref)."""
         if _triton(x, w):
-            return triton_rowinv.mm(x, w, epilogue, other)
-        return ref.mm_ref(x, w, epilogue, other)
+            return triton_rowinv.mm(x, w, epilogue, other, norm=norm, eps=eps, scale=scale)
+        return ref.mm_ref(x, w, epilogue, other, norm, eps, scale)
 
     def rms_norm(x, w, eps: float):
         """T5's RMS norm of each row of x (M, K) by w (K,)."""

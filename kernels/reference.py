@@ -120,10 +120,19 @@ def lut_matvec_ref(x, packed, table, n: int, sparse_idx=None, sparse_val=None) -
 
 
 # -- the decoder step's products (triton_rowinv's references; also the static engine's CPU path) --
-def mm_ref(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", other=None) -> torch.Tensor:
-    """x (M, K) @ w (N, K)^T in float32, the epilogue ("add" / "mul" with other, "relu",
-    "gelu_tanh") before one rounding to x's dtype."""
-    y = x.float() @ w.float().t()
+def mm_ref(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", other=None, norm=None, eps: float = 1e-6,
+           scale: float = 1.0) -> torch.Tensor:  # fmt: skip
+    """x (M, K) @ w (N, K)^T in float32 times scale, the epilogue ("add" / "mul" with other,
+    "relu", "gelu_tanh") before one rounding to x's dtype. norm (K,): T5's RMS norm of x by norm
+    first, as triton_rowinv.mm fuses it: x * norm rounded to x's dtype enters the product, and each
+    row's 1 / rms(x) multiplies the float32 sum."""
+    h = x.float()
+    if norm is not None:
+        h = (h * norm.float()).to(x.dtype).float()
+    y = h @ w.float().t()
+    if norm is not None:
+        scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * scale
+    y = y * scale
     if epilogue == "add":
         y = y + other.float()
     elif epilogue == "mul":

@@ -8,10 +8,12 @@ number of rows it is given; the tile sizes, the split of the inner dimension and
 final sum depend on the weight's shape only, never on the rows. A tensor-core product computes each
 row of its tile alone, and the sums run in one fixed order, so the other rows cannot change a row.
 
-- `mm(x, w, epilogue=...)`: x (M, K) @ w (N, K)^T, accumulated in float32 and rounded once, with a
-  residual added, a product taken or an activation applied before that rounding. With few column
-  tiles the inner dimension is cut into a fixed number of slices, summed in slice order by a second
-  kernel (deterministic; no atomics).
+- `mm(x, w, epilogue=..., norm=...)`: x (M, K) @ w (N, K)^T, accumulated in float32 and rounded
+  once, with T5's RMS norm of x fused in (the row scale after the sum), and a residual added, a
+  product taken or an activation applied before that rounding: one launch. With few column tiles
+  the inner dimension is cut into a fixed number of slices; the last slice of a tile to finish
+  (counted on a lock) adds the slices' partial sums in slice order: the same sum whichever one
+  finishes last (serial split-K), with no second launch.
 - `rms_norm(x, w, eps)`: T5's RMS norm, one program per row.
 - attention: kernels/triton_attention.py, on the same 16-row tile.
 
@@ -65,9 +67,12 @@ def _epilogue(acc, r_ptr, offs_m, offs_n, mask, stride_r, EPI: tl.constexpr):
 def mm_kernel(
     x_ptr,
     w_ptr,
+    g_ptr,
     r_ptr,
     y_ptr,
     part_ptr,
+    ssq_ptr,
+    lock_ptr,
     M,
     N,
     K,
@@ -76,7 +81,10 @@ def mm_kernel(
     stride_r,
     stride_y,
     K_SLICE,
+    eps,
+    scale,
     EPI: tl.constexpr,
+    NORM: tl.constexpr,
     SPLIT: tl.constexpr,
     IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -87,6 +95,7 @@ def mm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    ssq = tl.zeros((BLOCK_M,), tl.float32)  # NORM: each row's sum of squares over this slice of K
     k_lo = s * K_SLICE
     for k0 in range(k_lo, tl.minimum(k_lo + K_SLICE, K), BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -96,6 +105,11 @@ def mm_kernel(
             mask=(offs_m[:, None] < M) & kin[None, :],
             other=0.0,
         )
+        if NORM:  # T5's RMS norm in the prologue: x * g here, the row's 1 / rms after the sum
+            xf = x.to(tl.float32)
+            ssq += tl.sum(xf * xf, axis=1)
+            g = tl.load(g_ptr + offs_k, mask=kin, other=0.0).to(tl.float32)
+            x = (xf * g[None, :]).to(x_ptr.dtype.element_ty)
         w = tl.load(
             w_ptr + offs_n[None, :] * stride_w + offs_k[:, None],
             mask=(offs_n[None, :] < N) & kin[:, None],
@@ -106,38 +120,51 @@ def mm_kernel(
         else:
             acc += tl.dot(x, w)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT == 1:
-        acc = _epilogue(acc, r_ptr, offs_m, offs_n, mask, stride_r, EPI)
-        tl.store(
-            y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask
-        )
-    else:  # this slice's partial sum, float32 (SPLIT, M, N); reduce_kernel adds them in order
+    if SPLIT > 1:
+        # Serial split-K: each slice stores its float32 partial (SPLIT, M, N) and row sums, then
+        # counts itself in on the tile's lock; the last to arrive adds the SPLIT partials in slice
+        # order (the same sum whichever arrives last), applies the epilogue, and resets the lock.
         tl.store(part_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
+        if NORM:
+            tl.store(ssq_ptr + (pid_n * SPLIT + s) * BLOCK_M * tl.num_programs(1) + offs_m, ssq)
+        tl.debug_barrier()  # every thread's stores issued before the release below
+        lock = lock_ptr + pid_m * tl.num_programs(0) + pid_n
+        if tl.atomic_add(lock, 1, sem="acq_rel") == SPLIT - 1:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            ssq = tl.zeros((BLOCK_M,), tl.float32)
+            for j in range(SPLIT):  # slice order: the same sum for every row
+                acc += tl.load(part_ptr + (j * M + offs_m[:, None]) * N + offs_n[None, :], mask=mask,
+                               other=0.0, cache_modifier=".cg")  # fmt: skip
+                if NORM:
+                    ssq += tl.load(ssq_ptr + (pid_n * SPLIT + j) * BLOCK_M * tl.num_programs(1) + offs_m,
+                                   cache_modifier=".cg")  # fmt: skip
+            _finish(acc, ssq, K, eps, scale, r_ptr, y_ptr, offs_m, offs_n, mask, stride_r, stride_y,
+                    EPI, NORM)  # fmt: skip
+            tl.atomic_xchg(lock, 0)  # ready for the next launch (a CUDA graph replays the same lock)
+    else:
+        _finish(acc, ssq, K, eps, scale, r_ptr, y_ptr, offs_m, offs_n, mask, stride_r, stride_y, EPI, NORM)
 
 
 @triton.jit
-def reduce_kernel(
-    part_ptr,
-    r_ptr,
-    y_ptr,
-    M,
-    N,
-    stride_r,
-    stride_y,
-    EPI: tl.constexpr,
-    SPLIT: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    pid_n, pid_m = tl.program_id(0), tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for s in range(SPLIT):  # slice order: the same sum for every row
-        acc += tl.load(part_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], mask=mask, other=0.0)
+def _finish(acc, ssq, K, eps, scale, r_ptr, y_ptr, offs_m, offs_n, mask, stride_r, stride_y,
+            EPI: tl.constexpr, NORM: tl.constexpr):  # fmt: skip
+    """The row scale (the norm's 1 / rms, times scale), the epilogue, one rounding, the store."""
+    if NORM:
+        acc = acc * (tl.rsqrt(ssq / K + eps) * scale)[:, None]
+    else:
+        acc = acc * scale  # exact when scale is 1
     acc = _epilogue(acc, r_ptr, offs_m, offs_n, mask, stride_r, EPI)
     tl.store(y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+_LOCKS: dict = {}  # device -> int32 counters, zero between launches (the last slice resets its own)
+
+
+def _locks(device: torch.device, n: int) -> torch.Tensor:
+    t = _LOCKS.get(device)
+    if t is None or t.numel() < n:
+        t = _LOCKS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return t
 
 
 def mm(
@@ -146,9 +173,15 @@ def mm(
     epilogue: str = "none",
     other: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    norm: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    scale: float = 1.0,
 ) -> torch.Tensor:
     """x (M, K) @ w (N, K)^T -> (M, N) in x's dtype; epilogue "add" / "mul" combines `other` (M, N),
-    "relu" / "gelu_tanh" applies the activation, all in float32 before the one rounding."""
+    "relu" / "gelu_tanh" applies the activation, all in float32 before the one rounding, after the
+    float32 sum is multiplied by scale. With norm (K,), x is first T5's RMS norm of x by it
+    (reference.mm_ref: x * norm rounded to x's dtype enters the product, and each row's 1 / rms(x)
+    joins scale)."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"mm: x (M, K) and w (N, K) must share K, got {tuple(x.shape)} and {tuple(w.shape)}")
     if epilogue not in EPILOGUES:
@@ -156,6 +189,8 @@ def mm(
     epi = EPILOGUES.index(epilogue)
     if (epi in (1, 2)) != (other is not None):
         raise ValueError(f"mm: epilogue {epilogue!r} {'needs' if epi in (1, 2) else 'takes no'} `other`")
+    if norm is not None and tuple(norm.shape) != (x.shape[1],):
+        raise ValueError(f"mm: norm must be (K,) = ({x.shape[1]},), got {tuple(norm.shape)}")
     x, w = x.contiguous(), w.contiguous()
     M, K = x.shape
     N = w.shape[0]
@@ -167,12 +202,17 @@ def mm(
     split = triton.cdiv(K, k_slice)  # no empty slice
     grid = (triton.cdiv(N, bn), triton.cdiv(M, ROWS), split)
     part = torch.empty(split, M, N, dtype=torch.float32, device=x.device) if split > 1 else y
+    fused = split > 1 and norm is not None
+    ssq = torch.empty(grid[0] * split * grid[1] * ROWS, dtype=torch.float32, device=x.device) if fused else y
     mm_kernel[grid](
         x,
         w,
+        norm if norm is not None else x,
         r,
         y,
         part,
+        ssq,
+        _locks(x.device, grid[0] * grid[1]) if split > 1 else y,
         M,
         N,
         K,
@@ -181,17 +221,16 @@ def mm(
         r.stride(0),
         y.stride(0),
         k_slice,
+        float(eps),
+        float(scale),
         EPI=epi,
+        NORM=norm is not None,
         SPLIT=split,
         IEEE=x.dtype == torch.float32 or _upcast(),
         BLOCK_M=ROWS,
         BLOCK_N=bn,
         BLOCK_K=bk,
     )
-    if split > 1:
-        reduce_kernel[grid[:2]](
-            part, r, y, M, N, r.stride(0), y.stride(0), EPI=epi, SPLIT=split, BLOCK_M=ROWS, BLOCK_N=bn
-        )
     return y
 
 

@@ -40,10 +40,27 @@ def test_mm_matches_reference(M, N, K, epi, dtype):
     torch.testing.assert_close(T.mm(x, w, epi, other), R.mm_ref(x, w, epi, other), **TOL[dtype])
 
 
-def test_mm_split_path_is_taken():
-    """The (40, 600) weight has 2 column tiles: its inner dimension is cut into slices."""
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("M,N,K,epi", [(16, 33, 64, "none"), (5, 100, 200, "gelu_tanh"), (3, 40, 600, "add")])
+def test_mm_with_the_norm_fused_matches_reference_and_the_norm_then_the_product(M, N, K, epi, dtype):
+    """T5's RMS norm in the product's prologue (and a scale, as a tied head's), unsplit and split."""
+    x, w = rand(M, K, dtype=dtype, scale=3.0), rand(N, K, dtype=dtype, seed=1, scale=K**-0.5)
+    g, other = rand(K, dtype=dtype, seed=6), rand(M, N, dtype=dtype, seed=2) if epi == "add" else None
+    got = T.mm(x, w, epi, other, norm=g, eps=1e-6, scale=0.5)
+    torch.testing.assert_close(got, R.mm_ref(x, w, epi, other, g, 1e-6, 0.5), **TOL[dtype])
+    two = R.mm_ref(R.rms_norm_ref(x, g, 1e-6), w * 0.5, epi, other)  # what it replaces: two launches
+    torch.testing.assert_close(got, two, **TOL[dtype])
+
+
+def test_mm_split_path_is_taken_and_leaves_its_locks_at_zero():
+    """The (40, 600) weight has 2 column tiles: its inner dimension is cut into slices, added by the
+    last slice of each tile to finish, which resets the tile's lock for the next launch."""
     bn, bk = T._tiles(40, 600)
     assert T._split(40, 600, bn, bk) > 1 and T._split(8000, 128, *T._tiles(8000, 128)) == 1
+    x, w = rand(3, 600), rand(40, 600, seed=1, scale=600**-0.5)
+    first = T.mm(x, w, norm=rand(600, seed=6))
+    assert not T._LOCKS[x.device].any()
+    assert torch.equal(T.mm(x, w, norm=rand(600, seed=6)), first)
 
 
 # (N, K, dtype): the column tiles without slices (700, 48), with them (40, 600); under the
@@ -55,14 +72,15 @@ if DEV != "cpu":
 
 @pytest.mark.parametrize("N,K,dtype", INV, ids=lambda v: str(v).removeprefix("torch."))
 def test_mm_is_row_invariant(N, K, dtype):
-    """Each row of a 16-row call alone, and prefixes of 1..16 rows, have the same bits."""
+    """Each row of a 16-row call alone, and prefixes of 1..16 rows, have the same bits (the norm
+    fused in where N != 100: its row statistics too)."""
     x, w = rand(16, K, dtype=dtype, seed=3), rand(N, K, dtype=dtype, seed=4, scale=K**-0.5)
-    r = rand(16, N, dtype=dtype, seed=5)
-    full = T.mm(x, w, "add", r)
+    r, g = rand(16, N, dtype=dtype, seed=5), (rand(K, dtype=dtype, seed=6) if N != 100 else None)
+    full = T.mm(x, w, "add", r, norm=g)
     for j in range(16) if N == 100 or DEV != "cpu" else (0, 6, 15):
-        assert torch.equal(T.mm(x[j : j + 1], w, "add", r[j : j + 1])[0], full[j]), f"row {j} alone"
+        assert torch.equal(T.mm(x[j : j + 1], w, "add", r[j : j + 1], norm=g)[0], full[j]), f"row {j} alone"
     for M in (2, 7, 10, 15):
-        assert torch.equal(T.mm(x[:M], w, "add", r[:M]), full[:M]), f"first {M} rows"
+        assert torch.equal(T.mm(x[:M], w, "add", r[:M], norm=g), full[:M]), f"first {M} rows"
 
 
 def test_mm_refuses_bad_input():
@@ -73,6 +91,8 @@ def test_mm_refuses_bad_input():
         T.mm(x, rand(4, 8), "tanh")
     with pytest.raises(ValueError, match="needs `other`"):
         T.mm(x, rand(4, 8), "add")
+    with pytest.raises(ValueError, match=r"norm must be \(K,\) = \(8,\)"):
+        T.mm(x, rand(4, 8), norm=rand(9))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))

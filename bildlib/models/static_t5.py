@@ -13,7 +13,8 @@ captured once and replayed at any position.
   on the device (`self.n_src`), so a new source of the same bucket needs no new graph.
 - The decoder self-attention bias is T5's relative-position table for max_len positions, read
   at [h, pos + row, t]; the causal mask is applied by position inside the attention kernel.
-- Products, norms and attention are bildlib.kernels.triton_rowinv's on a CUDA device: a token's
+- Products (each with the RMS norm before it fused in: mm(..., norm=)) and attention are
+  bildlib.kernels.triton_rowinv's on a CUDA device, 9 launches a decoder layer: a token's
   logits have the same bits alone (vanilla's steps) and inside a verifying call of up to 16
   tokens, so lossless BiLD equals vanilla greedy by construction. Elsewhere the same step runs
   their torch references (the tests trace it whole with torch.compile(fullgraph=True)).
@@ -140,20 +141,17 @@ class StaticT5:
         k, H, dh = tokens.shape[0], self.H, self.dh
         rows = self.pos + torch.arange(k, device=tokens.device)  # (k,) positions, on the device
         x = F.embedding(tokens, self.emb)  # (k, d)
-        for i, w in enumerate(self.layers):
-            qkv = K.mm(K.rms_norm(x, w["ln0"], self.eps), w["qkv"]).view(k, 3, H, dh).permute(1, 2, 0, 3)
-            self.kv[i, 0].index_copy_(1, rows, qkv[1])  # keys (H, T, dh) at this call's rows
-            self.kv[i, 1].index_copy_(1, rows, qkv[2])
+        for i, w in enumerate(self.layers):  # 9 launches a layer (10 gated): each norm in its product
+            qkv = K.mm(x, w["qkv"], norm=w["ln0"], eps=self.eps).view(k, 3, H, dh).permute(1, 2, 0, 3)
+            self.kv[i].index_copy_(2, rows, qkv[1:])  # keys and values (2, H, T, dh) at this call's rows
             a = K.attention(qkv[0], self.kv[i, 0], self.kv[i, 1], self.pos, bias=self.bias)  # (H, k, dh)
             x = K.mm(a.transpose(0, 1).reshape(k, H * dh), w["o"], "add", x)
-            q = K.mm(K.rms_norm(x, w["ln1"], self.eps), w["cq"]).view(k, H, dh).transpose(0, 1)
+            q = K.mm(x, w["cq"], norm=w["ln1"], eps=self.eps).view(k, H, dh).transpose(0, 1)
             a = K.attention(q, self.ckv[i, 0], self.ckv[i, 1], self.pos, n_keys=self.n_src)
             x = K.mm(a.transpose(0, 1).reshape(k, H * dh), w["co"], "add", x)
             x = self._ff(x, w)
-        h = K.rms_norm(x, self.ln, self.eps)
-        if self.scale is not None:  # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs)
-            h = h * self.scale
-        return K.mm(h, self.lm)  # (k, V)
+        # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs), here in the head's product
+        return K.mm(x, self.lm, norm=self.ln, eps=self.eps, scale=self.scale or 1.0)  # (k, V)
 
     def encode(self, n: int) -> None:
         """The encoder over the padded source self.src[:n] (keys past n_src masked), then each
@@ -161,7 +159,7 @@ class StaticT5:
         H, dh = self.H, self.dh
         x = F.embedding(self.src[:n], self.emb)  # (n, d)
         for w in self.enc:
-            qkv = K.mm(K.rms_norm(x, w["ln0"], self.eps), w["qkv"]).view(n, 3, H, dh).permute(1, 2, 0, 3)
+            qkv = K.mm(x, w["qkv"], norm=w["ln0"], eps=self.eps).view(n, 3, H, dh).permute(1, 2, 0, 3)
             a = torch.cat(
                 [
                     K.attention(
@@ -177,18 +175,18 @@ class StaticT5:
                 1,
             )
             x = self._ff(K.mm(a.transpose(0, 1).reshape(n, H * dh), w["o"], "add", x), w)
-        e = K.rms_norm(x, self.enc_ln, self.eps)  # (n, d)
-        for i, w in enumerate(self.layers):
-            self.ckv[i, :, :, :n] = K.mm(e, w["ckv"]).view(n, 2, H, dh).permute(1, 2, 0, 3)
+        for i, w in enumerate(self.layers):  # the encoder's final norm, in each layer's product
+            e = K.mm(x, w["ckv"], norm=self.enc_ln, eps=self.eps)  # (n, 2 H dh)
+            self.ckv[i, :, :, :n] = e.view(n, 2, H, dh).permute(1, 2, 0, 3)
 
     # -- internals --------------------------------------------------------------------------------
     def _ff(self, x: torch.Tensor, w: dict) -> torch.Tensor:
         """x + T5's feed-forward of its norm: relu, or gated (T5 v1.1, mT5: act(h wi0) * (h wi1))."""
-        h = K.rms_norm(x, w["lnf"], self.eps)
+        ln = dict(norm=w["lnf"], eps=self.eps)  # the norm, in each product
         if "wi0" in w:
-            u = K.mm(h, w["wi1"], "mul", K.mm(h, w["wi0"], self.act))
+            u = K.mm(x, w["wi1"], "mul", K.mm(x, w["wi0"], self.act, **ln), **ln)
         else:
-            u = K.mm(h, w["wi"], self.act)
+            u = K.mm(x, w["wi"], self.act, **ln)
         return K.mm(u, w["wo"], "add", x)
 
     def _capture(self, fn) -> tuple:
