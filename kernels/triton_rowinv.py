@@ -125,8 +125,10 @@ def mm_kernel(
         # counts itself in on the tile's lock; the last to arrive adds the SPLIT partials in slice
         # order (the same sum whichever arrives last), applies the epilogue, and resets the lock.
         tl.store(part_ptr + (s * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=mask)
+        rows_per_slice = BLOCK_M * tl.num_programs(1)  # ssq_ptr: (column tiles, SPLIT, padded M)
+        ssq_at = ssq_ptr + pid_n * SPLIT * rows_per_slice + offs_m
         if NORM:
-            tl.store(ssq_ptr + (pid_n * SPLIT + s) * BLOCK_M * tl.num_programs(1) + offs_m, ssq)
+            tl.store(ssq_at + s * rows_per_slice, ssq)
         tl.debug_barrier()  # every thread's stores issued before the release below
         lock = lock_ptr + pid_m * tl.num_programs(0) + pid_n
         if tl.atomic_add(lock, 1, sem="acq_rel") == SPLIT - 1:
@@ -136,8 +138,7 @@ def mm_kernel(
                 acc += tl.load(part_ptr + (j * M + offs_m[:, None]) * N + offs_n[None, :], mask=mask,
                                other=0.0, cache_modifier=".cg")  # fmt: skip
                 if NORM:
-                    ssq += tl.load(ssq_ptr + (pid_n * SPLIT + j) * BLOCK_M * tl.num_programs(1) + offs_m,
-                                   cache_modifier=".cg")  # fmt: skip
+                    ssq += tl.load(ssq_at + j * rows_per_slice, cache_modifier=".cg")
             _finish(acc, ssq, K, eps, scale, r_ptr, y_ptr, offs_m, offs_n, mask, stride_r, stride_y,
                     EPI, NORM)  # fmt: skip
             tl.atomic_xchg(lock, 0)  # ready for the next launch (a CUDA graph replays the same lock)
