@@ -158,12 +158,19 @@ def _finish(acc, ssq, K, eps, scale, r_ptr, y_ptr, offs_m, offs_n, mask, stride_
     tl.store(y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-_LOCKS: dict = {}  # device -> int32 counters, zero between launches (the last slice resets its own)
+# device -> int32 counters, zero between launches (the last slice resets its own). One buffer per
+# device serves every split product, so split products must not run on two streams at once (the
+# static engine runs its calls and graphs on one). An outgrown buffer stays allocated: a captured
+# graph replays with the address it was captured with.
+_LOCKS: dict = {}
+_OUTGROWN: list = []
 
 
 def _locks(device: torch.device, n: int) -> torch.Tensor:
     t = _LOCKS.get(device)
     if t is None or t.numel() < n:
+        if t is not None:
+            _OUTGROWN.append(t)
         t = _LOCKS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
     return t
 

@@ -63,6 +63,17 @@ def test_mm_split_path_is_taken_and_leaves_its_locks_at_zero():
     assert torch.equal(T.mm(x, w, norm=rand(600, seed=6)), first)
 
 
+def test_outgrown_locks_stay_allocated(monkeypatch):
+    """A graph captured with the lock buffer replays with its address: a larger product gets a new
+    buffer, and the old one is kept, not freed for reuse."""
+    monkeypatch.setattr(T, "_LOCKS", {})
+    monkeypatch.setattr(T, "_OUTGROWN", [])
+    first = T._locks(torch.device(DEV), 10)
+    assert T._locks(torch.device(DEV), 4096) is first and not T._OUTGROWN
+    bigger = T._locks(torch.device(DEV), 5000)
+    assert bigger.numel() == 5000 and not bigger.any() and T._OUTGROWN == [first]
+
+
 # (N, K, dtype): the column tiles without slices (700, 48), with them (40, 600); under the
 # interpreter each in one dtype (a minute otherwise), on a GPU in both
 INV = [(100, 200, torch.float32), (40, 600, torch.bfloat16), (700, 48, torch.bfloat16)]
