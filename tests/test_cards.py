@@ -7,6 +7,8 @@ import importlib.util
 import json
 import re
 
+import pytest
+
 from bildlib.reports import cards
 from conftest import REPO
 
@@ -54,3 +56,11 @@ def test_each_committed_card_is_its_measurements_rendered():
     want["multi30k-student-top32"] = S.card(ms["multi30k-student-top32"])
     for name, text in want.items():
         assert (d / f"{name}.md").read_text() == text, name
+
+
+def test_modelcard_lm_pairs_each_card_and_refuses_an_unknown_name():
+    from bildlib.reports import modelcard_lm as L
+
+    assert [L.partner(n) for n in L.NAMES] == ["multi30k-lm-large", "multi30k-lm-small", "multi30k-lm-large"]
+    with pytest.raises(SystemExit, match="no model 'nope'; the names are multi30k-lm-small, "):
+        L.main(["--publish", "nope"])

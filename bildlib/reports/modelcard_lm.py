@@ -1,6 +1,7 @@
 """Measure the decoder-only pair (make models-lm) and write its cards.
 
     python -m bildlib.reports.modelcard_lm        # a few minutes on 2 CPU cores
+    python -m bildlib.reports.modelcard_lm multi30k-lm-small   # one card (its partner measured too)
 
 For multi30k-lm-small, multi30k-lm-large and the student multi30k-lm-student: the size, the
 training run (train_log.json), the perplexity of all of Multi30k val as "de: <German> en:
@@ -95,11 +96,22 @@ sacrebleu: `{g["signature"]}`
 """  # noqa: E501
 
 
+def partner(name: str) -> str:
+    """The model a card compares against: each small model beside the large, the large beside the small."""
+    return NAMES[0] if name == NAMES[1] else NAMES[1]
+
+
 def main(argv: list[str] | None = None) -> None:
-    publish = "--publish" in (sys.argv[1:] if argv is None else argv)  # replace the committed cards
-    ms = {name: measure(name) for name in NAMES}
-    for name, m in ms.items():  # each small model beside the large, the large beside the small
-        write_card(name, card(m, ms[NAMES[0] if name == NAMES[1] else NAMES[1]]), m, publish)
+    """[--publish] [NAME ...]: the cards of the named models (default all three), each measured
+    with its partner; --publish replaces the committed cards."""
+    args = sys.argv[1:] if argv is None else argv
+    publish = "--publish" in args
+    names = [a for a in args if a != "--publish"] or list(NAMES)
+    if bad := [n for n in names if n not in NAMES]:
+        raise SystemExit(f"modelcard_lm: no model {bad[0]!r}; the names are {', '.join(NAMES)}")
+    ms = {n: measure(n) for n in dict.fromkeys(names + [partner(n) for n in names])}
+    for name in names:
+        write_card(name, card(ms[name], ms[partner(name)]), ms[name], publish)
 
 
 if __name__ == "__main__":
