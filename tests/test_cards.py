@@ -52,7 +52,7 @@ def test_each_committed_card_is_its_measurements_rendered():
     d = REPO / "data" / "checkpoints" / "cards"
     ms = {f.stem: json.loads(f.read_text()) for f in d.glob("*.json")}
     want = {n: E.card(ms[n], ms[E.NAMES[0]] if n != E.NAMES[0] else None) for n in E.NAMES}
-    want |= {n: L.card(ms[n], ms[L.NAMES[0] if n == L.NAMES[1] else L.NAMES[1]]) for n in L.NAMES}
+    want |= {n: L.card(ms[n], ms[L.partner(n)]) for n in L.NAMES}
     want["multi30k-student-top32"] = S.card(ms["multi30k-student-top32"])
     for name, text in want.items():
         assert (d / f"{name}.md").read_text() == text, name
