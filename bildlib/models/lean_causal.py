@@ -1,7 +1,17 @@
 """Lean decoder-only models, GPT-2 and Llama-style: the loaded HF model's weights driven by plain
 tensor ops and a preallocated KV cache, layer-granular like models.lean_t5 (embed, layer(i, x,
 pos), head; positions count from the first prompt token). begin() prefills the prompt but its
-last token, which is the decoder's first (models.lm.LM)."""
+last token, which is the decoder's first (models.lm.LM).
+
+Row-invariant, as models.lean_t5 is: every product goes through models.linear and the
+self-attention through lean_common.attend_causal, each probed on the machine that runs
+(models.rowinv), so a token's logits have the same bits whether its call carries it alone
+(vanilla's steps) or among up to 16 tokens (BiLD's check), and lossless BiLD equals vanilla
+greedy. With torch.addmm and SDPA instead, a bf16 run on an Intel Xeon with AMX gave a k-token
+call other bits than one-token calls for every k, and lossless BiLD differed from vanilla on 2 of
+100 val prompts (docs/language-modelling.md). Rounding follows HF's: a biased product rounds
+once (torch.addmm's bits, here res + x W^T with the bias as res), the residual add once more.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +19,34 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from bildlib.models.lean_common import Buffers, act_fn, fuse, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend_causal, fuse, rms
+from bildlib.models.linear import linear
+
+
+class Affine:
+    """x W^T (+ b) for W (out, in) through models.linear: y = b + x W^T rounded once, as
+    torch.addmm and F.linear round it."""
+
+    __slots__ = ("p", "b")
+
+    def __init__(self, w: torch.Tensor, b: torch.Tensor | None = None):
+        self.p, self.b = linear(w), b
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) -> (k, out)
+        if self.b is None:
+            return self.p(x)
+        return self.p.add(x, self.b.expand(x.shape[0], -1).contiguous())
 
 
 class _Causal:
-    """What both share: prefill, the causal mask table, forward as embed / layers / head."""
+    """What both share: prefill, the causal mask as an attention bias, forward as embed / layers /
+    head."""
 
-    def __init__(self, model, layers: int, kv_heads: int, dh: int):
-        self.model, self.n_layers, self.off = model, layers, 0
+    def __init__(self, model, layers: int, heads: int, kv_heads: int, dh: int):
+        self.model, self.n_layers, self.off, self.H = model, layers, 0, heads
         self.kv = Buffers(layers, kv_heads, dh, model.dtype, model.device)
-        self.causal = torch.empty(0, 0, dtype=torch.bool)  # (T, T) lower triangle
+        self.scale = dh**-0.5  # scores are q k^T / sqrt(dh); attend takes q scaled
+        self.bias = torch.empty(0, 0, 0, dtype=model.dtype)  # (H, T, T): 0 on and below the diagonal
 
     def begin(self, src: torch.Tensor) -> None:
         """Prefill src (1, P) but its last token; decoder position n is prompt position off + n."""
@@ -37,14 +65,18 @@ class _Causal:
     def crop(self, drop: int) -> None:
         """Nothing to do: the caller's lengths decide what the next call reads and overwrites."""
 
-    def mask(self, p: int, k: int) -> torch.Tensor | None:
-        """Rows [p, p + k) of the causal mask over keys [0, p + k); None for one query (it sees all)."""
-        if k == 1:
-            return None
-        if self.causal.shape[0] < p + k:
-            T = 2 * (p + k)
-            self.causal = torch.ones(T, T, dtype=torch.bool, device=self.kv.buf.device).tril()
-        return self.causal[p : p + k, : p + k]
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: int) -> torch.Tensor:
+        """Causal self-attention of q (H, k, dh) at prompt positions [p, p + k) over the cached
+        keys and values (Hkv, p + k, dh), through attend_causal (row-invariant, probed): (H, k, dh)."""
+        kq, n = q.shape[1], p + q.shape[1]
+        if self.bias.shape[-1] < n:
+            T = 2 * n
+            causal = torch.ones(T, T, dtype=torch.bool, device=self.kv.buf.device).tril()
+            b = torch.zeros(T, T, dtype=self.bias.dtype, device=causal.device)
+            self.bias = b.masked_fill(~causal, torch.finfo(b.dtype).min).expand(self.H, T, T).contiguous()
+        if k.shape[0] != self.H:  # grouped-query attention: each key head serves H / Hkv query heads
+            k, v = (t.repeat_interleave(self.H // t.shape[0], 0) for t in (k, v))
+        return attend_causal(q * self.scale, k, v, self.bias[:, p : p + kq, :n])
 
 
 class LeanGPT2(_Causal):
@@ -54,29 +86,32 @@ class LeanGPT2(_Causal):
 
     def __init__(self, model):
         c, t = model.config, model.transformer
-        self.H, self.dh, self.eps = c.n_head, c.n_embd // c.n_head, c.layer_norm_epsilon
-        super().__init__(model, c.n_layer, self.H, self.dh)
-        self.wte, self.wpe, self.lm = t.wte.weight, t.wpe.weight, model.lm_head.weight
-        self.ln_f, self.act = t.ln_f, act_fn(c.activation_function)
+        self.dh, self.eps = c.n_embd // c.n_head, c.layer_norm_epsilon
+        super().__init__(model, c.n_layer, c.n_head, c.n_head, self.dh)
+        self.wte, self.wpe = t.wte.weight, t.wpe.weight
+        self.ln_f, self.act, self.lm = t.ln_f, act_fn(c.activation_function), Affine(model.lm_head.weight)
         self.blocks = t.h
+        self.w = [
+            {name: Affine(m.weight.t(), m.bias) for name, m in  # Conv1D (in, out): W^T is a view
+             (("qkv", b.attn.c_attn), ("o", b.attn.c_proj), ("fc", b.mlp.c_fc), ("proj", b.mlp.c_proj))}
+            for b in t.h
+        ]  # fmt: skip
 
     def embed(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         p = self.off + pos
         return F.embedding(tokens, self.wte) + self.wpe[p : p + tokens.shape[0]]  # (k, d)
 
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
-        b, k, H, dh, p = self.blocks[i], x.shape[0], self.H, self.dh, self.off + pos
+        b, w, k, H, dh, p = self.blocks[i], self.w[i], x.shape[0], self.H, self.dh, self.off + pos
         h = F.layer_norm(x, x.shape[-1:], b.ln_1.weight, b.ln_1.bias, self.eps)
-        qkv = torch.addmm(b.attn.c_attn.bias, h, b.attn.c_attn.weight).view(k, 3, H, dh).transpose(0, 2)
-        kk, v = self.kv.put(i, qkv[:, 1], qkv[:, 2], p)  # (H, p + k, dh) each
-        a = F.scaled_dot_product_attention(qkv[:, 0], kk, v, attn_mask=self.mask(p, k))
-        x = x + torch.addmm(b.attn.c_proj.bias, a.transpose(0, 1).reshape(k, H * dh), b.attn.c_proj.weight)
+        qkv = w["qkv"](h).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
+        a = self.attend(qkv[0], *self.kv.put2(i, qkv[1:], p), p)  # (H, k, dh)
+        x = x + w["o"](a.transpose(0, 1).reshape(k, H * dh))
         h = F.layer_norm(x, x.shape[-1:], b.ln_2.weight, b.ln_2.bias, self.eps)
-        h = self.act(torch.addmm(b.mlp.c_fc.bias, h, b.mlp.c_fc.weight))
-        return x + torch.addmm(b.mlp.c_proj.bias, h, b.mlp.c_proj.weight)
+        return x + w["proj"](self.act(w["fc"](h)))
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.ln_f(x), self.lm)  # (k, V)
+        return self.lm(self.ln_f(x))  # (k, V)
 
 
 class LeanLlama(_Causal):
@@ -88,25 +123,20 @@ class LeanLlama(_Causal):
         c, m = model.config, model.model
         self.Hq, self.Hkv = c.num_attention_heads, c.num_key_value_heads
         self.dh = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        super().__init__(model, c.num_hidden_layers, self.Hkv, self.dh)
+        super().__init__(model, c.num_hidden_layers, self.Hq, self.Hkv, self.dh)
         self.eps, self.act, self.rope = c.rms_norm_eps, act_fn(c.hidden_act), m.rotary_emb
-        self.emb, self.norm, self.lm = m.embed_tokens.weight, m.norm.weight, model.lm_head.weight
+        self.emb, self.norm = m.embed_tokens.weight, m.norm.weight
+        self.lm = Affine(model.lm_head.weight)
         self.w = []
         for b in m.layers:
             a, f = b.self_attn, b.mlp
             qkv, qkv_b = fuse(a.q_proj, a.k_proj, a.v_proj)
             gu = fuse(f.gate_proj, f.up_proj)[0]
-            self.w.append(
-                {
-                    "ln0": b.input_layernorm.weight,
-                    "qkv": qkv,
-                    "qkv_b": qkv_b,
-                    "o": a.o_proj,
-                    "ln1": b.post_attention_layernorm.weight,
-                    "gu": gu,
-                    "down": f.down_proj.weight,
-                }
-            )
+            self.w.append({
+                "ln0": b.input_layernorm.weight, "qkv": qkv, "qkv_l": Affine(qkv, qkv_b),
+                "o_l": Affine(a.o_proj.weight, a.o_proj.bias), "ln1": b.post_attention_layernorm.weight,
+                "gu_l": Affine(gu), "down_l": Affine(f.down_proj.weight),
+            })  # fmt: skip
         self.cos = torch.empty(0)  # (T, dh) rotary tables from HF's own rotary module
         self.sin = torch.empty(0)
 
@@ -115,21 +145,18 @@ class LeanLlama(_Causal):
 
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
         w, k, dh, p = self.w[i], x.shape[0], self.dh, self.off + pos
-        qkv = F.linear(rms(x, w["ln0"], self.eps), w["qkv"], w["qkv_b"])  # (k, (Hq + 2 Hkv) dh)
+        qkv = w["qkv_l"](rms(x, w["ln0"], self.eps))  # (k, (Hq + 2 Hkv) dh)
         q, kk, v = qkv.split((self.Hq * dh, self.Hkv * dh, self.Hkv * dh), dim=-1)
         q, kk, v = (t.view(k, -1, dh).transpose(0, 1) for t in (q, kk, v))  # (heads, k, dh)
         cos, sin = self._rope(p, k)
         q, kk = apply_rotary_pos_emb(q, kk, cos, sin, unsqueeze_dim=0)
-        kk, v = self.kv.put(i, kk, v, p)
-        a = F.scaled_dot_product_attention(
-            q, kk, v, attn_mask=self.mask(p, k), enable_gqa=self.Hq != self.Hkv
-        )
-        x = x + w["o"](a.transpose(0, 1).reshape(k, -1))
-        g, u = F.linear(rms(x, w["ln1"], self.eps), w["gu"]).chunk(2, dim=-1)
-        return x + F.linear(self.act(g) * u, w["down"])
+        a = self.attend(q, *self.kv.put(i, kk, v, p), p)  # (Hq, k, dh)
+        x = x + w["o_l"](a.transpose(0, 1).reshape(k, -1))
+        g, u = w["gu_l"](rms(x, w["ln1"], self.eps)).chunk(2, dim=-1)
+        return x + w["down_l"](self.act(g) * u)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(rms(x, self.norm, self.eps), self.lm)  # (k, V)
+        return self.lm(rms(x, self.norm, self.eps))  # (k, V)
 
     def _rope(self, p: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cos.shape[0] < p + k:
