@@ -151,8 +151,6 @@ def docs_off_release(root: Path) -> dict[str, list[str]]:
 # target that reruns each. make report renders them, and the release line names their blocks, until
 # that rerun lands; a run outside this list that names no code state is refused.
 UNNAMED = {
-    "figures/table2_lm_checks.json": "make figures-lm",
-    "figures/lm-student/table2_lm_checks.json": "make figures-lm-student",
     "figures/small_models/small_models_checks.json": "make small-models",
     "figures/small_models/small_models_limits_checks.json": "make small-models",
     "figures/small_models/mixed/small_models_checks.json": "make small-models-mixed",
