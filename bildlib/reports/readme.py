@@ -154,7 +154,6 @@ UNNAMED = {
     "figures/small_models/small_models_checks.json": "make small-models",
     "figures/small_models/small_models_limits_checks.json": "make small-models",
     "figures/small_models/mixed/small_models_checks.json": "make small-models-mixed",
-    "figures/pet/pet_checks.json": "make pet",
 }  # fmt: skip
 
 
