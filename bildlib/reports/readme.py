@@ -104,7 +104,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "batch-detail": lambda r: _batchbench().detail_block(r),
     "batch-exact": lambda r: _batchbench().exact_block(r),
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
-    "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed", limits=False),
+    "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed"),
     "pet": lambda r: _petstudy().block(r),
     "quantized": lambda r: _quantbench().block(r, every=False),  # README
     "quantized-all": lambda r: _quantbench().block(r),  # docs/quantization.md
@@ -153,7 +153,6 @@ def docs_off_release(root: Path) -> dict[str, list[str]]:
 UNNAMED = {
     "figures/small_models/small_models_checks.json": "make small-models",
     "figures/small_models/small_models_limits_checks.json": "make small-models",
-    "figures/small_models/mixed/small_models_checks.json": "make small-models-mixed",
 }  # fmt: skip
 
 
