@@ -162,10 +162,10 @@ def winner(head: pd.DataFrame) -> str:
 GOALS = {"best": 2.0, "lossless": 1.8}  # the students' speed bars (docs/data-and-models.md, Students)
 
 
-def block(root, folder: str = "figures/small_models", limits: bool = True) -> str:
+def block(root, folder: str = "figures/small_models") -> str:
     """The study's report block (bildlib.reports.readme): one row per candidate and limit, then each bar
-    and the candidate that comes nearest, from the committed CSVs and the run's _checks.json;
-    limits: then the winner's limits of small steps in a row, from their own run."""
+    and the candidate that comes nearest, from the committed CSVs and the run's _checks.json; then the
+    winner's limits of small steps in a row, from their own run."""
     from bildlib.analysis.tables import ci, md_table, num, read_csv, read_json, run_line, valid
 
     t = read_csv(root, f"{folder}/small_models.csv")
@@ -208,8 +208,6 @@ def block(root, folder: str = "figures/small_models", limits: bool = True) -> st
     large = t["large_bleu"].iloc[0]
     run = f"*{run_line(c)}; vanilla large {large:.2f} BLEU; the profile in float32, same sentences.*"
     out = run + "\n\n" + md_table(head, rows) + "\n\n" + "\n".join(f"- {b}" for b in bars) + "\n"
-    if not limits:
-        return out
     lim = read_csv(root, f"{folder}/small_models_limits.csv")
     lc = read_json(root, f"{folder}/small_models_limits_checks.json")
     valid(lim, ["candidate", "max_small_steps", "lossless_speedup"])
