@@ -283,14 +283,14 @@ models-candidates: $(STAMP)
 
 # Which small model makes BiLD fastest (notebooks/small_models.ipynb): every candidate's cost per
 # token, agreement and calibration, and one interleaved sweep of all of them on all of Multi30k val,
-# into figures/small_models/ (needs make models-student models-candidates; about 40 min on 2 CPU cores).
+# into figures/small_models/ (needs make models-student models-candidates; about 80 min on 2 CPU cores).
 small-models: $(STAMP)
 	@mkdir -p build/notebooks
 	$(PAPERMILL) -p n_examples 1014 -p out_dir figures/small_models \
 	  notebooks/small_models.ipynb build/notebooks/small_models.ipynb
 
 # The winner and the two runners-up again under dtype mixed (the small models in float32, the large
-# in bf16; models.small_policy), into figures/small_models/mixed/ (about 25 min on 2 CPU cores).
+# in bf16; models.small_policy), into figures/small_models/mixed/ (about 50 min on 2 CPU cores).
 MIXED_CANDIDATES ?= {top32: data/checkpoints/multi30k-student-top32, dec2: data/checkpoints/multi30k-student-dec2, w256: data/checkpoints/multi30k-student-w256}
 small-models-mixed: $(STAMP)
 	@mkdir -p build/notebooks
