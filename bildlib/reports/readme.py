@@ -147,22 +147,16 @@ def docs_off_release(root: Path) -> dict[str, list[str]]:
     return {f: off for f in docs if (off := off_release(root, f))}
 
 
-# Runs committed before checks files recorded their code state (notebook.code_state), with the make
-# target that reruns each. make report renders them, and the release line names their blocks, until
-# that rerun lands; a run outside this list that names no code state is refused.
-UNNAMED: dict[str, str] = {}  # every committed run has been rerun since (none left)
-
-
 def unnamed_runs(root: Path = REPO_ROOT) -> list[str]:
     """One line for each run (a `*_checks.json`) that a block of FILES quotes, naming no code state
-    and not in UNNAMED. Model cards and a GPU check's machine.json describe no run of a notebook."""
+    (notebook.code_state). Model cards and a GPU check's machine.json describe no run of a notebook."""
     out = []
     for f in FILES:
         for name, paths in reads((root / f).read_text(), root).items():
             codes = release.codes_read(root, paths)
             out += [f"{f}, block {name!r}: {p} names no code state (a run made outside its make "
                     f"target?); rerun it with its make target" for p, code in codes.items()
-                    if code == "none" and p.endswith("_checks.json") and p not in UNNAMED]  # fmt: skip
+                    if code == "none" and p.endswith("_checks.json")]  # fmt: skip
     return out
 
 

@@ -93,8 +93,8 @@ def block(root: Path = REPO_ROOT, stale: list[str] | None = None, docs: dict | N
     else:
         line += " Every block below quotes runs from this code state."
     if docs:
-        line += (" In docs/, blocks from other code states, or from runs made before code states were "
-                 "recorded: " + "; ".join(f"{Path(f).name} ({', '.join(b)})" for f, b in docs.items()) + ".")
+        line += (" In docs/, blocks from other code states: "
+                 + "; ".join(f"{Path(f).name} ({', '.join(b)})" for f, b in docs.items()) + ".")
     return line
 
 
