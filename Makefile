@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness test-cpus cards clean-venv
 
 setup: $(STAMP)
 
@@ -226,6 +226,23 @@ GPU_CHECK_PARTS ?=
 # engine and the probed one, then each ISA cap this CPU supports (bildlib.bench.exactness; resumes).
 exactness: $(STAMP)
 	$(BIN)/python -m bildlib.bench.exactness --sweep
+
+# The engine and row-invariance tests on emulated AVX2 CPUs (no AVX512, no native bf16, as most
+# student laptops), from any x86 machine: Debian's qemu-user runs the venv's Python under TCG, where
+# torch reports AVX2 and refuses oneDNN's bf16 packing; then lossless BiLD against vanilla on the
+# first CPUS_N val sentences in both dtypes (rows in figures/exactness/exactness.csv, ISA "AVX2,
+# emulated"). Each CPU model in turn: an AMD EPYC Milan (family 25 model 1: MKL and OpenBLAS pick
+# their AMD paths) and an Intel Haswell. It only emulates downward: QEMU 7.2's TCG has no AVX512 or
+# AMX. About 25 min a CPU here (docs/engines.md, *Row invariance*).
+CPUS ?= EPYC-Milan Haswell
+CPUS_N ?= 100
+CPUS_TESTS ?= tests/test_wholecall.py tests/test_rowinv.py tests/test_kernels_rowinv.py tests/test_engine.py
+test-cpus: $(STAMP)
+	@command -v qemu-x86_64 >/dev/null || { echo "make test-cpus needs qemu-x86_64: apt-get install qemu-user"; exit 2; }
+	set -eo pipefail; for cpu in $(CPUS); do q="qemu-x86_64 -cpu $$cpu"; echo "== $$q"; export BILD_EMULATED=$$cpu; \
+	  $$q $(BIN)/python -c 'import torch; c = torch.backends.cpu.get_cpu_capability(); print("torch sees", c); assert c != "AVX512", c' 2>&1 | grep -v "TCG doesn't support"; \
+	  $$q $(BIN)/python -m pytest -q -p no:cacheprovider -o addopts="-ra --durations=10" $(CPUS_TESTS) 2>&1 | grep -v "TCG doesn't support"; \
+	  for d in bfloat16 float32; do $$q $(BIN)/python -m bildlib.bench.exactness --strict --dtype $$d --n $(CPUS_N) 2>&1 | grep -v "TCG doesn't support"; done; done
 
 gpu-check: $(STAMP)
 	$(BIN)/python -m bildlib.bench.gpu --plan

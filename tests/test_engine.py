@@ -335,13 +335,16 @@ def test_loading_shows_no_progress_bar_and_leaves_transformers_as_it_was(capfd):
 # -- the lean T5's products and its folded cross-attention (models.linear, docs/engines.md) ------
 
 
-def all_packed(monkeypatch):
+def all_packed(monkeypatch, dtype=torch.float32):
     """Every product packs (the tiny models' matrices are under MIN_PACKED); skips the test where
-    this PyTorch has no oneDNN prepacked linear (there linear() never packs)."""
+    this PyTorch has no oneDNN prepacked linear, or this CPU cannot pack in dtype (there linear()
+    never packs)."""
     from bildlib.models import linear as LN
 
     if not LN.onednn():
         pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    if dtype == torch.bfloat16 and not LN.bf16_packing():
+        pytest.skip(LN.bf16_packing_refused())
     monkeypatch.setattr(LN, "MIN_PACKED", {torch.float32: 0, torch.bfloat16: 0})
     # these tests check the packed products themselves; whether they are row-invariant at these
     # small shapes on this machine is the probe's question (tests/test_rowinv.py)
@@ -354,7 +357,7 @@ def test_packed_products_equal_torch_mm(dtype, monkeypatch):
     """oneDNN's prepacked products against torch.mm on irregular shapes and row counts: the same
     bits in bf16 (x W^T, relu of it, and res + x W^T rounded once as torch.addmm), float32
     rounding apart in float32; column-major float32 weights pack alike."""
-    LN = all_packed(monkeypatch)
+    LN = all_packed(monkeypatch, dtype)
     g = torch.Generator().manual_seed(0)
     for out, inn in [(7, 5), (33, 17), (130, 48), (1152, 384), (8000, 128)]:
         w = torch.randn(out, inn, generator=g).to(dtype)
@@ -421,7 +424,7 @@ def test_linear_falls_back_to_torch_mm_where_packing_does_not_apply(monkeypatch)
 def test_packed_weights_are_reused_and_packed_again_after_an_in_place_change(monkeypatch):
     """A second engine on the same weights packs nothing; an in-place change of the weight (as a
     training step makes) packs it again, so the products follow the weight."""
-    LN = all_packed(monkeypatch)
+    LN = all_packed(monkeypatch, torch.bfloat16)
     w = torch.randn(64, 32).bfloat16()
     a, b = LN.linear(w), LN.linear(w)
     assert a.p is b.p
@@ -437,7 +440,7 @@ def test_lean_t5_logits_do_not_depend_on_packing(kind, dtype, monkeypatch):
     """The whole call/crop schedule (past 128 positions, where the cache and tables grow) on a lean
     T5 with every product packed, against one with plain torch.mm: the same bits in bf16, float32
     rounding apart in float32 (within 1e-4, as lean against HF)."""
-    LN = all_packed(monkeypatch)
+    LN = all_packed(monkeypatch, dtype)
     model = tiny(kind).to(dtype)
     packed = LM(model, tiny_tokenizer(), "packed", "lean")
     assert all(isinstance(w["qkv_l"], LN.Packed) for w in packed.impl.dec)
@@ -511,8 +514,23 @@ def test_packed_weights_follow_a_dtype_change_under_the_same_parameter():
 
     if not linear.onednn():
         pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    if not linear.bf16_packing():
+        pytest.skip(linear.bf16_packing_refused())
     w = torch.nn.Parameter(torch.randn(40, 24))
     x = torch.randn(3, 24)
     torch.testing.assert_close(linear.Packed(w)(x), x @ w.t(), atol=1e-5, rtol=1e-5)
     w.data = w.data.to(torch.bfloat16)
     assert torch.equal(linear.Packed(w)(x.bfloat16()), torch.mm(x.bfloat16(), w.t()))
+
+
+def test_a_cpu_that_cannot_pack_bf16_is_never_asked_to(monkeypatch):
+    """Where this CPU refuses oneDNN's bf16 packing (AVX2 only), linear() does not try it: a large
+    bf16 weight's candidates hold no Packed, and its product is still chosen and exact."""
+    from bildlib.models import linear as LN
+
+    monkeypatch.setattr(LN, "bf16_packing", lambda: False)
+    monkeypatch.setattr(LN, "_invariant", lambda cls, w: True)
+    w = torch.randn(1024, 384).bfloat16()
+    assert LN.Packed not in LN.candidates(w) and not LN.onednn(torch.bfloat16)
+    x = torch.randn(3, 384).bfloat16()
+    torch.testing.assert_close(LN.linear(w)(x).float(), (x.float() @ w.float().t()), atol=0.05, rtol=0.02)

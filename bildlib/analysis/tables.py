@@ -161,13 +161,17 @@ def run_line(checks: dict) -> str:
 
 
 def products_clause(checks: dict) -> str:
-    """"; products ... (row-invariant here)" from a checks file that records them (runs made
-    before the engine probed its products record none: "")."""
+    """"; products ... (row-invariant here); whole call ..." from a checks file that records them
+    (runs made before the engine probed its products record none: ""; runs made before it checked
+    its whole decoder call (models.wholecall) record no `whole_call`)."""
     if "products" not in checks:
         return ""
     inv = {True: "row-invariant here", False: "NOT row-invariant here: lossless is not exact"}
     state = inv.get(checks.get("row_invariant"), "none probed")
-    return f"; products {checks['products']} ({state}, {checks.get('isa', '')})"
+    calls = checks.get("whole_call")
+    if calls:  # the models' folders left out: "multi30k-large bfloat16 2 threads passed"
+        calls = "; whole decoder call " + "; ".join(c.strip().rsplit("/", 1)[-1] for c in calls.split(";"))
+    return f"; products {checks['products']} ({state}, {checks.get('isa', '')}){calls or ''}"
 
 
 def regimes(t: pd.DataFrame, rule: str = "interval") -> str:

@@ -194,6 +194,6 @@ def bild(
 def not_exact_warning() -> None:
     """distance="exact" where a product is not row-invariant on this machine (models.rowinv): the
     output may differ from vanilla greedy decoding, so it is not called exact."""
-    warnings.warn("lossless BiLD is not exact on this machine: no row-invariant path for "
-                  f"{sorted(rowinv.NOT_INVARIANT)} (bildlib.models.rowinv); its output may differ from "
-                  "vanilla greedy decoding", RuntimeWarning, stacklevel=3)
+    warnings.warn("lossless BiLD is not exact on this machine: not row-invariant here: "
+                  f"{'; '.join(rowinv.not_exact())} (bildlib.models.rowinv, wholecall); its output may "
+                  "differ from vanilla greedy decoding", RuntimeWarning, stacklevel=3)

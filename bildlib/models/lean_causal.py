@@ -7,7 +7,9 @@ Row-invariant, as models.lean_t5 is: every product goes through models.linear an
 self-attention through lean_common.attend_causal, each probed on the machine that runs
 (models.rowinv), so a token's logits have the same bits whether its call carries it alone
 (vanilla's steps) or among up to 16 tokens (BiLD's check), and lossless BiLD equals vanilla
-greedy. With torch.addmm and SDPA instead, a bf16 run on an Intel Xeon with AMX gave a k-token
+greedy; the load-time whole-call check (models.wholecall) checks that of the whole call, and
+switches an op family (OPS) to one row at a time where it finds otherwise. With torch.addmm and
+SDPA instead, a bf16 run on an Intel Xeon with AMX gave a k-token
 call other bits than one-token calls for every k, and lossless BiLD differed from vanilla on 2 of
 100 val prompts (docs/language-modelling.md). Rounding follows HF's: a biased product rounds
 once (torch.addmm's bits, here res + x W^T with the bias as res), the residual add once more.
@@ -19,18 +21,20 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from bildlib.models.lean_common import Buffers, act_fn, attend_causal, fuse, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend_causal, fuse, per_row, rms
 from bildlib.models.linear import linear
+from bildlib.models.wholecall import EachRow, op
 
 
 class Affine:
     """x W^T (+ b) for W (out, in) through models.linear: y = b + x W^T rounded once, as
     torch.addmm and F.linear round it."""
 
-    __slots__ = ("p", "b")
+    __slots__ = ("p", "b", "plain")
 
     def __init__(self, w: torch.Tensor, b: torch.Tensor | None = None):
         self.p, self.b = linear(w), b
+        self.plain = self.p  # p on the whole call; p is an EachRow of it where "products" is switched
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) -> (k, out)
         if self.b is None:
@@ -40,10 +44,14 @@ class Affine:
 
 class _Causal:
     """What both share: prefill, the causal mask as an attention bias, forward as embed / layers /
-    head."""
+    head; the op families the whole-call check may switch to one row at a time (set_rows)."""
+
+    # in the order models.wholecall tries them; "call": a k-token call as k one-token calls
+    OPS = ("norm", "act", "attention", "products", "call")
 
     def __init__(self, model, layers: int, heads: int, kv_heads: int, dh: int):
         self.model, self.n_layers, self.off, self.H = model, layers, 0, heads
+        self.rows: frozenset[str] = frozenset()
         self.kv = Buffers(layers, kv_heads, dh, model.dtype, model.device)
         self.scale = dh**-0.5  # scores are q k^T / sqrt(dh); attend takes q scaled
         self.bias = torch.empty(0, 0, 0, dtype=model.dtype)  # (H, T, T): 0 on and below the diagonal
@@ -56,7 +64,19 @@ class _Causal:
             for i in range(self.n_layers):
                 x = self.layer(i, x, -self.off)
 
+    def set_rows(self, ops) -> None:
+        """Run the op families `ops` (of OPS) one row at a time, the rest on the whole call."""
+        bad = set(ops) - set(self.OPS)
+        if bad:
+            raise ValueError(f"set_rows: unknown op families {sorted(bad)}; the {self.arch} engine's "
+                             f"are {self.OPS}")
+        self.rows = frozenset(ops)
+        for a in [self.lm, *(a for w in self.w for a in w.values() if isinstance(a, Affine))]:
+            a.p = EachRow(a.plain) if "products" in self.rows else a.plain
+
     def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        if "call" in self.rows and tokens.shape[0] > 1:  # the last resort: k one-token calls
+            return torch.cat([self.forward(tokens[j : j + 1], pos + j) for j in range(tokens.shape[0])])
         x = self.embed(tokens, pos)
         for i in range(self.n_layers):
             x = self.layer(i, x, pos)
@@ -76,7 +96,8 @@ class _Causal:
             self.bias = b.masked_fill(~causal, torch.finfo(b.dtype).min).expand(self.H, T, T).contiguous()
         if k.shape[0] != self.H:  # grouped-query attention: each key head serves H / Hkv query heads
             k, v = (t.repeat_interleave(self.H // t.shape[0], 0) for t in (k, v))
-        return attend_causal(q * self.scale, k, v, self.bias[:, p : p + kq, :n])
+        causal = per_row if "attention" in self.rows else attend_causal
+        return causal(q * self.scale, k, v, self.bias[:, p : p + kq, :n])
 
 
 class LeanGPT2(_Causal):
@@ -103,15 +124,18 @@ class LeanGPT2(_Causal):
 
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
         b, w, k, H, dh, p = self.blocks[i], self.w[i], x.shape[0], self.H, self.dh, self.off + pos
-        h = F.layer_norm(x, x.shape[-1:], b.ln_1.weight, b.ln_1.bias, self.eps)
+        h = op(self.rows, "norm", self._ln, x, b.ln_1)
         qkv = w["qkv"](h).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         a = self.attend(qkv[0], *self.kv.put2(i, qkv[1:], p), p)  # (H, k, dh)
         x = x + w["o"](a.transpose(0, 1).reshape(k, H * dh))
-        h = F.layer_norm(x, x.shape[-1:], b.ln_2.weight, b.ln_2.bias, self.eps)
-        return x + w["proj"](self.act(w["fc"](h)))
+        h = op(self.rows, "norm", self._ln, x, b.ln_2)
+        return x + w["proj"](op(self.rows, "act", self.act, w["fc"](h)))
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm(self.ln_f(x))  # (k, V)
+        return self.lm(op(self.rows, "norm", self._ln, x, self.ln_f))  # (k, V)
+
+    def _ln(self, x: torch.Tensor, ln: torch.nn.LayerNorm) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], ln.weight, ln.bias, ln.eps)
 
 
 class LeanLlama(_Causal):
@@ -145,18 +169,18 @@ class LeanLlama(_Causal):
 
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
         w, k, dh, p = self.w[i], x.shape[0], self.dh, self.off + pos
-        qkv = w["qkv_l"](rms(x, w["ln0"], self.eps))  # (k, (Hq + 2 Hkv) dh)
+        qkv = w["qkv_l"](op(self.rows, "norm", rms, x, w["ln0"], self.eps))  # (k, (Hq + 2 Hkv) dh)
         q, kk, v = qkv.split((self.Hq * dh, self.Hkv * dh, self.Hkv * dh), dim=-1)
         q, kk, v = (t.view(k, -1, dh).transpose(0, 1) for t in (q, kk, v))  # (heads, k, dh)
         cos, sin = self._rope(p, k)
         q, kk = apply_rotary_pos_emb(q, kk, cos, sin, unsqueeze_dim=0)
         a = self.attend(q, *self.kv.put(i, kk, v, p), p)  # (Hq, k, dh)
         x = x + w["o_l"](a.transpose(0, 1).reshape(k, -1))
-        g, u = w["gu_l"](rms(x, w["ln1"], self.eps)).chunk(2, dim=-1)
-        return x + w["down_l"](self.act(g) * u)
+        g, u = w["gu_l"](op(self.rows, "norm", rms, x, w["ln1"], self.eps)).chunk(2, dim=-1)
+        return x + w["down_l"](op(self.rows, "act", lambda a, b: self.act(a) * b, g, u, split=2))
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm(rms(x, self.norm, self.eps))  # (k, V)
+        return self.lm(op(self.rows, "norm", rms, x, self.norm, self.eps))  # (k, V)
 
     def _rope(self, p: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cos.shape[0] < p + k:

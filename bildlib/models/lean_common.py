@@ -100,7 +100,7 @@ def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     return f(q, k, v, bias)
 
 
-def _per_row(q, k, v, bias) -> torch.Tensor:
+def per_row(q, k, v, bias) -> torch.Tensor:
     """attend_causal one query row at a time, each over exactly its own keys (_attend as it is)."""
     kq, n = q.shape[1], k.shape[1]
     if kq == 1:  # vanilla's step
@@ -126,12 +126,12 @@ def _causal_path(key: tuple):
                 b = torch.randn(H, kq, n, generator=g).to(device=device, dtype=dtype)
                 b = b.masked_fill(torch.ones(kq, n, dtype=torch.bool, device=device).triu(pos + 1),
                                   torch.finfo(dtype).min)  # fmt: skip
-                if not torch.equal(f(q, k, v, b), _per_row(q, k, v, b)):
+                if not torch.equal(f(q, k, v, b), per_row(q, k, v, b)):
                     return False
         return True
 
     label = (str(dtype).removeprefix("torch."), H, dh, "causal")
-    return rowinv.choose("attention", label, {"masked": attend, "per-row": _per_row}, check, device)[1]
+    return rowinv.choose("attention", label, {"masked": attend, "per-row": per_row}, check, device)[1]
 
 
 def _attend(q, k, v, bias) -> torch.Tensor:

@@ -18,6 +18,9 @@ what each choice below saves.
   instead of two weight products, two bmm and the casts around them. P is S rounded up to a
   multiple of 4 (the padding masked): rows_mm keeps a row's bits only for such widths.
 
+The decoder's op families (OPS) can each run one row at a time (`set_rows`), where the load-time
+whole-call check (models.wholecall) finds that a k-token call keeps no one-token call's bits.
+
 Layer-granular: `embed`, `layer(i, x, pos)`, `head` run one piece each, so an early exit can
 stop between layers; `forward` is the three in a row. The caller owns the lengths: layer i
 writes its keys and values at [pos, pos + k) and attends to [0, pos + k), so a crop is moving
@@ -29,8 +32,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, fuse, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, fuse, per_row, rms
 from bildlib.models.linear import linear, rows_mm
+from bildlib.models.wholecall import EachRow, op
 
 
 class LeanT5:
@@ -38,6 +42,9 @@ class LeanT5:
 
     arch = "t5"
     folded_cross = True  # cross-attention as (A, B) per source: it reads no query or output weights
+    # the decoder's op families the whole-call check may run one row at a time (models.wholecall),
+    # in the order it tries them; "call": a k-token call as k one-token calls
+    OPS = ("norm", "cross", "act", "attention", "products", "call")
 
     def __init__(self, model):
         c = model.config
@@ -66,6 +73,22 @@ class LeanT5:
         self.bias = torch.empty(0)  # (H, T, T) decoder self-attention bias, causal mask folded in
         self._at, self._bias = (-1, 0), self.bias  # the (pos, k) of the last call and its rows
         self.cross: list[tuple] = []  # per layer A (d, H P), B (H P, d), mask (1, H P) or None
+        self.rows: frozenset[str] = frozenset()  # op families run one row at a time (set_rows)
+        # each decoder layer's products and the head's as chosen (models.linear), unswitched
+        self.plain = [{n: p for n, p in w.items() if n.endswith("_l")} for w in self.dec]
+        self.plain_lm = self.lm_l
+
+    def set_rows(self, ops) -> None:
+        """Run the decoder's op families `ops` (of OPS) one row at a time, the rest on the whole
+        call: models.wholecall switches them where this machine's kernels need it."""
+        bad = set(ops) - set(self.OPS)
+        if bad:
+            raise ValueError(f"set_rows: unknown op families {sorted(bad)}; the T5 engine's are {self.OPS}")
+        self.rows = frozenset(ops)
+        wrap = EachRow if "products" in self.rows else (lambda p: p)
+        for w, plain in zip(self.dec, self.plain, strict=True):
+            w.update({n: wrap(p) for n, p in plain.items()})
+        self.lm_l = wrap(self.plain_lm)
 
     # -- the source ---------------------------------------------------------------------------
     def begin(self, src: torch.Tensor) -> None:
@@ -109,14 +132,16 @@ class LeanT5:
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         if self.f32:
-            return self.lm_l(self._norm(x, self.head_ln))  # (k, V)
-        h = self._norm(x, self.dec_ln)
+            return self.lm_l(op(self.rows, "norm", self._norm, x, self.head_ln))  # (k, V)
+        h = op(self.rows, "norm", self._norm, x, self.dec_ln)
         if self.scale is not None:  # tied T5 heads scale by d_model^-0.5 (HF: scale_decoder_outputs)
             h = h * self.scale
         return self.lm_l(h)  # (k, V)
 
     def forward(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Logits (k, V) for tokens (k,) at decoder positions [pos, pos + k)."""
+        if "call" in self.rows and tokens.shape[0] > 1:  # the last resort: k one-token calls
+            return torch.cat([self.forward(tokens[j : j + 1], pos + j) for j in range(tokens.shape[0])])
         x = self.embed(tokens)
         for i in range(self.n_layers):
             x = self.layer(i, x, pos)
@@ -149,21 +174,24 @@ class LeanT5:
         """One T5 block; i None: an encoder block (no cache, no cross-attention). w's "_l" entries
         are its products (models.linear), "_n" its norm weights as _norm takes them."""
         k, H, dh = x.shape[0], self.H, self.dh
-        qkv = w["qkv_l"](self._norm(x, w["ln0_n"])).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
+        rows = self.rows if i is not None else frozenset()  # the encoder's calls are not checked
+        h = op(rows, "norm", self._norm, x, w["ln0_n"])
+        qkv = w["qkv_l"](h).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
         else:  # write this call's keys and values, attend to the whole prefix
-            a = attend_causal(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias)  # (H, k, dh)
+            causal = per_row if "attention" in rows else attend_causal
+            a = causal(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias)  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
         if i is not None:
-            x = self._cross(x, i)
-        h = self._norm(x, w["lnf_n"])
+            x = op(rows, "cross", self._cross, x, i)
+        h = op(rows, "norm", self._norm, x, w["lnf_n"])
         if self.gated:
-            h = self.act(w["wi0_l"](h)) * w["wi1_l"](h)
-        elif self.act is F.relu:
+            h = op(rows, "act", lambda a, b: self.act(a) * b, w["wi0_l"](h), w["wi1_l"](h), split=2)
+        elif self.act is F.relu and "act" not in rows:
             h = w["wi_l"].relu(h)
         else:
-            h = self.act(w["wi_l"](h))
+            h = op(rows, "act", self.act, w["wi_l"](h))
         return w["wo_l"].add(h, x)
 
     def _cross(self, x: torch.Tensor, i: int) -> torch.Tensor:

@@ -60,7 +60,7 @@ def candidates(w: torch.Tensor) -> list[type]:
     if w.device.type != "cpu":
         return [MM]
     cands: list[type] = [Int8] if int8_ok(w) else []
-    if w.dtype in MIN_PACKED and w.numel() >= MIN_PACKED[w.dtype] and onednn():
+    if w.dtype in MIN_PACKED and w.numel() >= MIN_PACKED[w.dtype] and onednn(w.dtype):
         cands.append(Packed)
     elif w.dtype != torch.bfloat16:
         cands.append(MM)
@@ -252,9 +252,12 @@ def packed(w: torch.Tensor) -> torch.Tensor:
 _ONEDNN: bool | None = None
 
 
-def onednn() -> bool:
-    """Whether this PyTorch runs oneDNN's prepacked linear (x86 and most Arm builds): one tiny
-    product, checked against torch.mm once per process."""
+def onednn(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this PyTorch runs oneDNN's prepacked linear (x86 and most Arm builds) in dtype: one
+    tiny product, checked against torch.mm once per process; for bf16, also whether this CPU can
+    (bf16_packing: the engine never asks a CPU for what it refuses)."""
+    if dtype == torch.bfloat16 and not bf16_packing():
+        return False
     global _ONEDNN
     if _ONEDNN is None:
         try:
@@ -265,3 +268,20 @@ def onednn() -> bool:
         except (AttributeError, RuntimeError, NotImplementedError):
             _ONEDNN = False
     return _ONEDNN
+
+
+def bf16_packing() -> bool:
+    """Whether this CPU packs bf16 weights for oneDNN: it needs AVX512BW, VL and DQ or AVX-NE-CONVERT
+    (oneDNN's own device check, torch.ops.mkldnn._is_mkldnn_bf16_supported). An AVX2-only CPU,
+    most student laptops, refuses with "bf16 path needs the cpu support avx_ne_convert or
+    avx512bw, avx512vl and avx512dq"."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def bf16_packing_refused() -> str:
+    """Why this machine does not pack bf16 weights, naming its CPU and ISA (tests skip with it)."""
+    return (f"this CPU ({rowinv.cpu_name()}, {rowinv.isa()}) cannot pack bf16 weights for oneDNN: it "
+            "has neither AVX512BW/VL/DQ nor AVX-NE-CONVERT (torch.ops.mkldnn._is_mkldnn_bf16_supported)")

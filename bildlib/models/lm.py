@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from bildlib.models import wholecall
 from bildlib.models.engine import HF, check_engine, make
 from bildlib.models.load import check_same_vocab, load_model, small_policy
 
@@ -43,6 +44,9 @@ class LM:
         self.ids: list[int] = []
         self.source = None  # (1, S): the current source (or prompt); None before start()
         self._source = None  # (1, S) source or prompt not yet encoded / prefilled
+        # a lean engine's whole decoder call checked here, op families switched where it needs
+        # (models.wholecall); None for engines that cannot switch (hf, static)
+        self.call_check = wholecall.settle(self.impl, name, min(self.width, self.vocab))
 
     @classmethod
     def from_pretrained(
@@ -69,6 +73,7 @@ class LM:
         """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
         prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
         x = check_source(source_ids, self.vocab).to(self.device)  # (1, S)
+        wholecall.recheck(self.impl, self.name, min(self.width, self.vocab))  # threads changed since
         self.ids, self.source, self._source = [], x, x
         if self.is_encoder_decoder:
             return int(self.model.config.decoder_start_token_id)

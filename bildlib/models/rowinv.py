@@ -19,9 +19,12 @@ that.) The paths, for a product over rows:
 - "rowwise": one call per row on a fresh copy of the row, so that every row runs the same call:
   invariant by construction (and checked like the rest); the slowest.
 
-`summary()` says what was chosen in this process and whether all of it is invariant: checks files
-record it (notebook.save_checks), and lossless BiLD on a machine where it is False says it is not
-exact (decoding.bild).
+Probing the parts is not enough: models.wholecall checks each lean engine's whole decoder call
+on the model itself (k-token calls against one-token calls) and switches what breaks it to one
+row at a time; its verdicts land in CALLS. `summary()` says what was chosen in this process and
+whether all of it, whole calls included, is invariant: checks files record it
+(notebook.save_checks), and lossless BiLD on a machine where it is False says it is not exact
+(decoding.bild).
 """
 
 from __future__ import annotations
@@ -29,17 +32,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from bildlib.models.cpuinfo import caps, cpu_name, gpu, isa  # noqa: F401 (where choices are probed)
+
 log = logging.getLogger(__name__)
 
 ROWS = 16  # the probe's largest call; BiLD's calls carry at most 11 tokens (10 small ones + 1)
 PADS = (1, 2, 4, 8, ROWS)  # "bmm>=R" for these R, 1 being the kernel as it is
-ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def probe(f: Callable[[torch.Tensor], torch.Tensor], width: int, dtype: torch.dtype,
@@ -176,6 +179,7 @@ class Choice:
 CHOSEN: dict[tuple, Choice] = {}  # (kind, *shape key[, device other than cpu]) -> Choice, for this process
 NOT_INVARIANT: set[tuple] = set()  # the keys of CHOSEN where no path was invariant
 FIRST_ONLY = False  # take each product's fastest path unprobed (first_only)
+CALLS: dict[tuple, object] = {}  # (model name, dtype, threads) -> models.wholecall.Verdict, this process
 
 
 def choose(kind: str, key: tuple, candidates: dict[str, Callable], check: Callable[[Callable], bool],
@@ -226,66 +230,32 @@ def _log_once(kind: str, msg: str, level: int = logging.INFO) -> None:
 
 def summary() -> dict:
     """What this process chose: {"products": "linear Packed, Float32; rows_mm bmm>=2; ...",
-    "row_invariant": bool or None (nothing probed yet), "isa": where the choices were probed: the
-    CPU's ISA and caps, and or the GPU}."""
+    "whole_call": each whole-call check's verdict ("multi30k-large bfloat16 2 threads passed (one
+    row at a time: norm)"; models.wholecall), "row_invariant": bool or None (nothing probed yet),
+    False where a product or a whole call is not, "isa": where the choices were probed: the CPU's
+    ISA and caps, and or the GPU}."""
     by_kind: dict[str, set[str]] = {}
     for c in CHOSEN.values():
         by_kind.setdefault(c.kind, set()).add(c.path if c.invariant else f"{c.path} (NOT invariant)")
     products = "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in sorted(by_kind.items()))
     inv = all(c.invariant for c in CHOSEN.values()) if CHOSEN else None
+    calls = [v.line() for v in CALLS.values()]
+    if CALLS:
+        inv = (inv is not False) and all(v.passed for v in CALLS.values())
     devices = {c.device for c in CHOSEN.values()}
     where = ([isa()] if not devices or "cpu" in devices else []) + [gpu(d) for d in sorted(devices - {"cpu"})]
-    return {"products": products or "none probed", "row_invariant": inv, "isa": "; ".join(where)}
-
-
-def gpu(device: str) -> str:
-    """A GPU's name and runtime, as summary() records it: "NVIDIA H200, CUDA 13.0"."""
-    if device == "cuda" and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
-    return device
+    return {"products": products or "none probed", "whole_call": "; ".join(calls) or "none checked",
+            "row_invariant": inv, "isa": "; ".join(where)}
 
 
 def exact_here() -> bool:
-    """False where a product this process chose is not row-invariant (lossless BiLD then differs
-    from vanilla greedy where a last bit flips an argmax)."""
-    return not NOT_INVARIANT
+    """False where a product this process chose is not row-invariant, or a whole decoder call
+    failed its check (lossless BiLD then differs from vanilla greedy where a last bit flips an
+    argmax)."""
+    return not NOT_INVARIANT and all(v.passed for v in CALLS.values())
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), or the platform's processor string elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-def caps() -> list[dict[str, str]]:
-    """The ISA caps this CPU can run under, each an environment to start a process with: none,
-    oneDNN capped at each ISA below the CPU's, ATen's dispatch capped likewise (x86 Linux)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(next(ln for ln in f if ln.startswith("flags")).split(":", 1)[1].split())
-    except (OSError, StopIteration):
-        return [{}]
-    out: list[dict[str, str]] = [{}]
-    for flag, cap in (("amx_bf16", "AVX512_CORE_BF16"), ("avx512_bf16", "AVX512_CORE"), ("avx512f", "AVX2")):
-        if flag in flags:
-            out.append({"ONEDNN_MAX_CPU_ISA": cap})
-    if "avx512f" in flags:
-        out.append({"ATEN_CPU_CAPABILITY": "avx2"})
-    if "avx2" in flags:
-        out.append({"ATEN_CPU_CAPABILITY": "default"})
-    return out
-
-
-def isa() -> str:
-    """The ISA torch's kernels dispatch to here, with any cap set in the environment:
-    "AVX512" or "AVX512, ONEDNN_MAX_CPU_ISA=AVX2"."""
-    caps = [f"{v}={os.environ[v]}" for v in ISA_CAPS if os.environ.get(v)]
-    return ", ".join([torch.backends.cpu.get_cpu_capability(), *caps])
+def not_exact() -> list[str]:
+    """What makes this process not exact: the products with no invariant path and the whole calls
+    that failed their check."""
+    return [str(k) for k in sorted(NOT_INVARIANT)] + [v.line() for v in CALLS.values() if not v.passed]

@@ -27,17 +27,26 @@ def _differ(r) -> str:
     return f"{r['differ']} of {r['n']}" if r["differ"] == 0 else f"**{r['differ']} of {r['n']}**"
 
 
+def _calls(r) -> str:
+    """The run's whole-call verdicts, without the model folders' paths; runs made before the engine
+    checked its whole call record none."""
+    v = r.get("whole_call")
+    if not isinstance(v, str) or not v:
+        return "not run (before the check)"
+    return "; ".join(c.strip().rsplit("/", 1)[-1] for c in v.split(";"))
+
+
 def block(root: Path) -> str:
     if not (root / FOLDER / "exactness.csv").is_file():
         raise ReportError(f"no exactness.csv in {FOLDER}: make exactness writes it")
     t = read_csv(root, f"{FOLDER}/exactness.csv")
     valid(t, ["cpu", "isa", "dtype", "n", "code", "threads", "differ", "row_invariant", "products"])
     out = []
-    head = ["dtype", "ISA cap", "product paths chosen here", "the probe found all invariant",
-            "lossless BiLD ≠ vanilla greedy"]  # fmt: skip
+    head = ["dtype", "ISA cap", "product paths chosen here", "whole-call check (models.wholecall)",
+            "all found invariant", "lossless BiLD ≠ vanilla greedy"]  # fmt: skip
     for (cpu, code), g in t.groupby(["cpu", "code"], sort=False):
         n, threads = ", ".join(map(str, sorted(set(g["n"])))), ", ".join(map(str, sorted(set(g["threads"]))))
-        rows = [[r["dtype"], _cap(r["isa"]), r["products"], _yes(r["row_invariant"]),
+        rows = [[r["dtype"], _cap(r["isa"]), r["products"], _calls(r), _yes(r["row_invariant"]),
                  _differ(r)] for _, r in g.sort_values(["dtype", "isa"]).iterrows()]  # fmt: skip
         isa = g["isa"].iloc[0].split(",")[0]
         out.append(f"*`make exactness` on {cpu}, ISA {isa}, code state `{code}`: n = {n} val sentences, "
