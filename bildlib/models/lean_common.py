@@ -119,19 +119,40 @@ def _causal_path(key: tuple):
     g = torch.Generator().manual_seed(2)
 
     def check(f) -> bool:
-        for pos in (0, 7, 30):
-            for kq in range(1, rowinv.ROWS + 1):
-                n = pos + kq
-                q, k, v = (torch.randn(H, m, dh, generator=g).to(device, dtype) for m in (kq, n, n))
-                b = torch.randn(H, kq, n, generator=g).to(device=device, dtype=dtype)
-                b = b.masked_fill(torch.ones(kq, n, dtype=torch.bool, device=device).triu(pos + 1),
-                                  torch.finfo(dtype).min)  # fmt: skip
-                if not torch.equal(f(q, k, v, b), per_row(q, k, v, b)):
-                    return False
+        for sharp in (False, True):
+            for pos in (0, 7, 30):
+                for kq in range(1, rowinv.ROWS + 1):
+                    n = pos + kq
+                    q, k, v = (torch.randn(H, m, dh, generator=g) for m in (kq, n, n))
+                    b = torch.randn(H, kq, n, generator=g)
+                    if sharp and pos:
+                        k, v, b = _sharp_keys(k, v, b, dtype)
+                    q, k, v, b = (t.to(device=device, dtype=dtype) for t in (q, k, v, b))
+                    b = b.masked_fill(torch.ones(kq, n, dtype=torch.bool, device=device).triu(pos + 1),
+                                      torch.finfo(dtype).min)  # fmt: skip
+                    if not torch.equal(f(q, k, v, b), per_row(q, k, v, b)):
+                        return False
         return True
 
     label = (str(dtype).removeprefix("torch."), H, dh, "causal")
     return rowinv.choose("attention", label, {"masked": attend, "per-row": per_row}, check, device)[1]
+
+
+def _sharp_keys(k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, dtype: torch.dtype):
+    """Keys and values that show attention's summation order, as rowinv.sharp's rows show a
+    product's: key 1 a copy of key 0 with the same bias, so every row gives both the same weight,
+    and value 1 the negative of value 0, both scaled large. Their terms cancel exactly, while the
+    output's partial sums pass through large values: a kernel that adds the other keys' terms in
+    another order (masked trailing keys or not) rounds otherwise, by far more than bf16 rounding
+    hides. Random keys alone let a masked bf16 path pass the probe on an emulated AMD EPYC Milan
+    (AVX2) where real sentences' calls then kept no one-token call's bits. k, v (H, n, dh), b
+    (H, kq, n), float32; returned changed copies."""
+    k, v, b = k.clone(), v.clone(), b.clone()
+    scale = 2.0**8 if dtype == torch.bfloat16 or dtype == torch.float16 else 2.0**16
+    k[:, 1], b[:, :, 1] = k[:, 0], b[:, :, 0]
+    v[:, 0] *= scale
+    v[:, 1] = -v[:, 0]
+    return k, v, b
 
 
 def _attend(q, k, v, bias) -> torch.Tensor:

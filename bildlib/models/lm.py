@@ -46,7 +46,7 @@ class LM:
         self._source = None  # (1, S) source or prompt not yet encoded / prefilled
         # a lean engine's whole decoder call checked here, op families switched where it needs
         # (models.wholecall); None for engines that cannot switch (hf, static)
-        self.call_check = wholecall.settle(self.impl, name, min(self.width, self.vocab))
+        self.call_check = wholecall.settle(self)
 
     @classmethod
     def from_pretrained(
@@ -73,7 +73,7 @@ class LM:
         """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
         prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
         x = check_source(source_ids, self.vocab).to(self.device)  # (1, S)
-        wholecall.recheck(self.impl, self.name, min(self.width, self.vocab))  # threads changed since
+        wholecall.recheck(self)  # threads changed since
         self.ids, self.source, self._source = [], x, x
         if self.is_encoder_decoder:
             return int(self.model.config.decoder_start_token_id)
