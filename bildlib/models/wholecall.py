@@ -32,6 +32,7 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -140,7 +141,8 @@ def settle(lm) -> Verdict | None:
     (module docstring); lm.impl.rows holds the switch. Once per process, model, dtype and thread
     count: a second engine on the same model takes the first one's switch unchecked. None where
     the engine cannot switch its ops (the hf and static engines) or under rowinv.first_only()."""
-    impl, name = lm.impl, lm.name
+    impl = lm.impl
+    name = Path(lm.name).name if Path(lm.name).exists() else lm.name  # a folder's name; hub ids whole
     if not hasattr(impl, "set_rows") or rowinv.FIRST_ONLY:
         return None
     threads, dtype = torch.get_num_threads(), str(impl.model.dtype).removeprefix("torch.")
