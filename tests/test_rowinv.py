@@ -273,7 +273,7 @@ def test_the_engine_claim_for_the_shipped_large_holds_here(dtype, multi30k_dir):
     for weight, p in pairs:
         assert rowinv.probe(p, weight.shape[1], impl.dtype) == [], (tuple(weight.shape), type(p).__name__)
     v = lm.call_check
-    assert v is not None and rowinv.CALLS[(lm.name, v.dtype, v.threads)] is v
+    assert v is not None and rowinv.CALLS[(v.name, v.dtype, v.threads)] is v and v.name == LARGE.name
     src = lm.encode("Zwei junge Männer spielen auf einer Wiese Fußball, und ein Hund sieht zu.")
     out = "Two young men are playing soccer on a field while a brown dog watches them"
     tokens = [0, *lm.encode(out)[:-1]]
