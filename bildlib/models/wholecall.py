@@ -65,18 +65,11 @@ class Verdict:
         return f"{self.name} {self.dtype} {self.threads} threads {state}{rows}"
 
 
-def each_row(f, *args, split: int = 1) -> torch.Tensor:
-    """f(*args) one row (dimension 0) of its first `split` arguments at a time, each row a fresh
-    contiguous copy (so every row starts where an allocation starts, as a one-token call's
-    does), the other arguments whole; results concatenated."""
-    one = lambda a, i: a.narrow(0, i, 1).clone(memory_format=torch.contiguous_format)  # noqa: E731
-    return torch.cat([f(*(one(a, i) for a in args[:split]), *args[split:]) for i in range(args[0].shape[0])])
-
-
 def op(rows: frozenset, name: str, f, *args, split: int = 1) -> torch.Tensor:
     """f(*args), one row of its first `split` arguments at a time where op family `name` is
-    switched (name in rows)."""
-    return each_row(f, *args, split=split) if name in rows else f(*args)
+    switched (name in rows): rowinv.rowwise, each row a fresh contiguous copy, as a one-token
+    call's row starts where an allocation starts."""
+    return rowinv.rowwise(f, 0, tuple(range(split)))(*args) if name in rows else f(*args)
 
 
 class EachRow:
@@ -89,15 +82,13 @@ class EachRow:
         self.p = p
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return each_row(self.p, x)
+        return rowinv.rowwise(self.p)(x)
 
     def relu(self, x: torch.Tensor) -> torch.Tensor:
-        return each_row(self.p.relu, x)
+        return rowinv.rowwise(self.p.relu)(x)
 
     def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
-        if res.shape[0] != x.shape[0]:  # one row of res for every row (a bias)
-            return each_row(lambda a: self.p.add(a, res), x)
-        return each_row(self.p.add, x, res, split=2)
+        return rowinv.rowwise(self.p.add, 0, (0, 1))(x, res)  # a one-row res (a bias) is left whole
 
 
 @torch.inference_mode()
