@@ -30,6 +30,43 @@ def run_python(code: str, cwd: Path, env: dict | None = None) -> subprocess.Comp
     return proc
 
 
+def run_together(runs: list[dict], timeout: float = 600,
+                 at_once: int = 2) -> list[subprocess.CompletedProcess]:
+    """Fresh interpreters side by side, at_once at a time, one per dict of subprocess.Popen's
+    arguments (args, cwd, env), their output in files (a full pipe would stall one). Each pays its
+    own imports (seconds, on one CPU), so two CPUs run two in about the time of one. Every process
+    has ended when this returns; one still running at `timeout` seconds in all is killed."""
+    import tempfile
+    import time
+
+    procs: list[subprocess.Popen] = []
+    files = []
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for i, kw in enumerate(runs):
+                while sum(p.poll() is None for p in procs) >= at_once and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                files.append((open(Path(tmp) / f"{i}.out", "w+"), open(Path(tmp) / f"{i}.err", "w+")))
+                procs.append(subprocess.Popen(stdout=files[-1][0], stderr=files[-1][1], text=True, **kw))
+            for p in procs:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass  # killed below; its returncode says so
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        done = []
+        for p, (o, e) in zip(procs, files, strict=True):
+            o.seek(0), e.seek(0)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, o.read(), e.read()))
+            o.close(), e.close()
+        return done
+
+
 def as_git_has_it(path: Path) -> str:
     """The text git has staged for path (a clone: the committed file), or the file where git has
     none. A notebook saved with its outputs in a Jupyter other than make lab's keeps them on disk,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_python
+from conftest import REPO, run_python, run_together
 
 
 def test_imports_work_from_the_repo_root():
@@ -131,21 +131,26 @@ def test_the_installed_wheel_imports_every_module(wheel_venv, tmp_path):
 
 
 def test_the_installed_wheel_finds_the_checkout_or_says_where_to_look(wheel_venv, tmp_path):
+    """Five fresh interpreters of the wheel's venv, side by side (conftest.run_together)."""
     code = "import bildlib; print(bildlib.REPO_ROOT); print(bildlib.where())"
-    inside = _in_venv(wheel_venv, code, REPO / "notebooks")  # run from a clone: its data
-    assert inside == [str(REPO),
-                      f"shipped files are read from {REPO} (the checkout holding the working directory)"]
-    home = _in_venv(wheel_venv, code, tmp_path, BILD_HOME=str(REPO))
-    assert home == [str(REPO), f"shipped files are read from {REPO} ($BILD_HOME)"]
-    nowhere = _in_venv(wheel_venv, code, tmp_path)[1]
-    assert "found no checkout" in nowhere and "BILD_HOME" in nowhere
     load = ("from bildlib.models import locate\n"
             "try:\n    locate('data/checkpoints/multi30k-large')\n"
             "except FileNotFoundError as e:\n    print(e)")
-    (err,) = _in_venv(wheel_venv, load, tmp_path)
+    found = load.replace("except", "    print('found')\nexcept")
+    runs = [(code, REPO / "notebooks", {}),  # run from a clone: its data
+            (code, tmp_path, {"BILD_HOME": str(REPO)}), (code, tmp_path, {}), (load, tmp_path, {}),
+            (found, tmp_path, {"BILD_HOME": str(REPO)})]  # fmt: skip
+    w = wheel_venv
+    procs = run_together([{"args": [w["python"], "-c", c], "cwd": d, "env": w["env"] | e}
+                          for c, d, e in runs])
+    for proc in procs:
+        assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    inside, home, nowhere, (err,), found = (p.stdout.strip().splitlines() for p in procs)
+    assert inside == [str(REPO),
+                      f"shipped files are read from {REPO} (the checkout holding the working directory)"]
+    assert home == [str(REPO), f"shipped files are read from {REPO} ($BILD_HOME)"]
+    assert "found no checkout" in nowhere[1] and "BILD_HOME" in nowhere[1]
     assert "cannot load model 'data/checkpoints/multi30k-large'" in err and "BILD_HOME" in err
-    found = _in_venv(wheel_venv, load.replace("except", "    print('found')\nexcept"), tmp_path,
-                     BILD_HOME=str(REPO))
     assert found == ["found"]
 
 

@@ -14,7 +14,7 @@ import torch
 from bildlib import data, notebook
 from bildlib.experiments import presets
 from bildlib.experiments.paper import dryrun, fixtures, shapes
-from conftest import REPO, run_python
+from conftest import REPO, run_together
 
 # Parameter counts of the public base models (T5 paper; mT5 paper, rounded): 60 M, 770 M, 300 M, 1.2 B.
 PARAMS = {"t5-small": 60e6, "t5-large": 738e6, "mt5-small": 300e6, "mt5-large": 1.23e9}
@@ -198,11 +198,13 @@ def test_offline_hub_cache_is_used(tmp_path):
     code = ("from bildlib.models import LM\n"
             f"lm = LM.from_pretrained({hub!r}, engine='lean')\n"
             "print(lm.model.config.d_model, len(lm.tok), lm.engine)\n")  # fmt: skip
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "BILD_MODELS": ""}
-    assert run_python(code, cwd=tmp_path, env=env).stdout.split()[-3:] == ["32", "32100", "lean"]
-    env["HF_HOME"] = str(tmp_path / "empty")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, **env})  # fmt: skip
+    env = {"HF_HUB_OFFLINE": "1", "BILD_MODELS": ""}
+    cached, empty = run_together([{"args": [sys.executable, "-c", code], "cwd": tmp_path,
+                                   "env": os.environ | env | {"HF_HOME": str(tmp_path / home)}}
+                                  for home in ("hf", "empty")])  # two fresh interpreters side by side
+    assert cached.returncode == 0, cached.stderr[-3000:]
+    assert cached.stdout.split()[-3:] == ["32", "32100", "lean"]
+    proc = empty
     assert proc.returncode != 0 and hub in proc.stderr, proc.stderr[-1500:]
     assert "not in the Hugging Face cache" in proc.stderr, proc.stderr[-1500:]
 
