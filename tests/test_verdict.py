@@ -4,6 +4,7 @@ start, forward and crop and nothing else; the grader's verdict is the check's, w
 kernel's side does after. Both ends run in this process (the grader in its thread), as they do
 across the sandbox under make grade (tests/test_course.py)."""
 
+import json
 import socket
 import struct
 import time
@@ -57,6 +58,29 @@ def test_a_frame_that_is_not_the_protocol_ends_the_conversation():
         a.close()
         with pytest.raises(wire.Gone, match="closed"):
             wire.recv(b)
+
+
+def test_malformed_hellos_are_refused_and_the_next_one_is_served():
+    """Frames that parse but are not the protocol (nested past the parser's stack, an exercise
+    that is a bool, a string, out of range, a list): each connection is closed, unchecked, and the
+    server goes on to check the next hidden test."""
+    deep = b'{"op": "hello", "exercise": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    frames = [deep] + [json.dumps({"op": "hello", "exercise": e}).encode()
+                       for e in (True, "1", 0, 99, [1], None, 1.0)]  # fmt: skip
+    srv = verdict.Server(lambda n, fn: check_fallback(fn), timeout=30)
+    try:
+        for frame in frames:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect("\0" + srv.name)
+            with s:
+                s.sendall(struct.pack(">I", len(frame)) + frame)
+                assert s.recv(1) == b"", frame[:40]  # closed, no call
+        assert srv.results == {} and srv.thread.is_alive()
+        verdict.serve(1, lambda logits, a: bool(logits.softmax(-1).max() < a), srv.name)
+    finally:
+        srv.close()
+    assert srv.results[1].passed, srv.results[1]
 
 
 def test_the_verdict_is_the_checks_whatever_the_kernel_does():

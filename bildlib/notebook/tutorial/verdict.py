@@ -124,8 +124,11 @@ class Server:
                 conn, _ = self.sock.accept()
             except OSError:  # closed
                 return
-            with conn:
-                self._one(conn)
+            with conn:  # closed whatever _one did: the kernel's hidden test then fails, saying so
+                try:
+                    self._one(conn)
+                except Exception:  # noqa: BLE001 - a frame no check foresaw: refused, the next one served
+                    pass
 
     def _one(self, conn: socket.socket) -> None:
         from bildlib.notebook.tutorial.checks import EXERCISES, Result
@@ -135,7 +138,7 @@ class Server:
             n = recv(conn).get("exercise")
         except Gone:
             return
-        if not isinstance(n, int) or not 1 <= n <= len(EXERCISES) or n in self.results:
+        if type(n) is not int or not 1 <= n <= len(EXERCISES) or n in self.results:  # bool is an int
             return
         name = next(k for k in EXERCISES if k.startswith(f"{n} "))
         try:

@@ -52,6 +52,8 @@ def recv(sock: socket.socket) -> dict:
         msg = json.loads(_exact(sock, n))
     except ValueError:
         raise Gone("a message that is not JSON") from None
+    except RecursionError:  # JSON nested deeper than the parser's stack
+        raise Gone("a message nested too deep") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
         raise Gone("a message without an op")
     return msg
