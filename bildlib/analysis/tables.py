@@ -25,7 +25,12 @@ def read_csv(root: Path, path: str) -> pd.DataFrame:
     f = root / path
     if not f.is_file():
         raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
-    t = pd.read_csv(f)
+    try:
+        t = pd.read_csv(f)
+    except pd.errors.EmptyDataError:
+        raise ReportError(f"{path} is empty (no header, no rows); rerun the command that writes it") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:  # the parser's message names the line
+        raise ReportError(f"{path} is not a CSV the report can read: {' '.join(str(e).split())}") from None
     t.attrs["path"] = path
     if READ is not None:
         READ.append(path)
@@ -36,7 +41,15 @@ def read_json(root: Path, path: str) -> dict:
     f = root / path
     if not f.is_file():
         raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
-    doc = json.loads(f.read_text())
+    try:
+        doc = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not JSON at line {e.lineno}, column {e.colno} ({e.msg}); rerun the "
+                          "command that writes it") from None  # fmt: skip
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise ReportError(f"{path}: not JSON ({type(e).__name__}); rerun what writes it") from None
+    if not isinstance(doc, dict):
+        raise ReportError(f"{path} holds a JSON {type(doc).__name__}, where the report reads an object")
     if READ is not None:
         READ.append(path)
     finite(doc, path, "")
@@ -78,6 +91,12 @@ def valid(t: pd.DataFrame, cols: list[str], rows: pd.Series | None = None,
         if c not in t.columns:
             raise ReportError(f"{path}: column {c!r} is missing; rerun the command that writes it")
         v = t.loc[mask, c]
+        text = not pd.api.types.is_numeric_dtype(v) and not pd.api.types.is_bool_dtype(v)  # object or str
+        if text and (as_num := pd.to_numeric(v, errors="coerce")).notna().any():
+            if (odd := as_num.isna() & v.notna()).any():  # numbers, and one that is not: a typo or a cut
+                i = odd[odd].index[0]
+                raise ReportError(f"{path}: column {c!r} is {t.at[i, c]!r} in row {i}, where the other rows "
+                                  "hold numbers; rerun the command that writes the file")  # fmt: skip
         bad = v.isna()
         if pd.api.types.is_numeric_dtype(v) and not pd.api.types.is_bool_dtype(v):
             bad |= ~np.isfinite(v.astype(float))

@@ -43,8 +43,10 @@ def check(folder: str | Path, besides: tuple[str, ...] = ()) -> str:
         return f"{m} is missing (built before builds were sealed, or not finished)"
     try:
         doc = json.loads(m.read_text())
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         return f"{m} is not JSON ({e})"
+    if why := _schema(doc):
+        return f"{m} is not a manifest: {why}"
     for rel, want in doc.items():
         f = folder / rel
         if not f.is_file():
@@ -56,6 +58,23 @@ def check(folder: str | Path, besides: tuple[str, ...] = ()) -> str:
     rel = [str(f.relative_to(folder)) for f in _files(folder, besides)]
     if extra := [r for r in rel if r not in doc]:
         return f"{folder} holds files it was not built with: {', '.join(extra[:3])}"
+    return ""
+
+
+def _schema(doc) -> str:
+    """Why doc is not {relative path: {"bytes": int >= 0, "sha256": 64 hex digits}} ("" when it is)."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object of files"
+    for rel, want in doc.items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"the entry {rel!r} is not a path inside the folder"
+        if not isinstance(want, dict) or set(want) != {"bytes", "sha256"}:
+            return f"the entry {rel!r} is not {{\"bytes\": ..., \"sha256\": ...}}"
+        if type(want["bytes"]) is not int or want["bytes"] < 0:
+            return f"the entry {rel!r} has bytes {want['bytes']!r}, not a size"
+        h = want["sha256"]
+        if not isinstance(h, str) or len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
+            return f"the entry {rel!r} has sha256 {h!r}, not 64 hex digits"
     return ""
 
 

@@ -157,7 +157,8 @@ def _setup(small, large, sources, pair: bool):
     """Checked sources and the two batch models (cached on the LMs, rebuilt when too small)."""
     if pair:
         check_pair(small, large)
-    xs = check_sources(sources, getattr(small, "vocab", None) or small.width)
+    limit, name = getattr(small, "max_source", None), getattr(small, "name", "small")  # a test's fake: none
+    xs = check_sources(sources, getattr(small, "vocab", None) or small.width, limit, name)
     b, ms = len(xs), []
     for lm in (small, large) if pair else (small,):
         m = getattr(lm, "_batch", None)

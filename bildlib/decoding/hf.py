@@ -28,7 +28,7 @@ def _generate(model, x: torch.Tensor, max_new_tokens: int, **kw) -> list[int]:
 def hf_generate(model, source_ids, max_new_tokens: int = 128) -> tuple[list[int], Trace]:
     """`model.generate` greedy. The Trace has the tokens (all "L"); HF runs one call per token."""
     check_count("max_new_tokens", max_new_tokens)
-    x = check_source(source_ids, model.vocab).to(model.device)
+    x = check_source(source_ids, model.vocab, model.max_source, model.name).to(model.device)
     out = _generate(model, x, max_new_tokens)
     tr = Trace(source=["L"] * len(out), large_calls=len(out))
     return out, tr
@@ -57,6 +57,6 @@ def hf_assisted(
     gc = small.model.generation_config
     gc.num_assistant_tokens, gc.assistant_confidence_threshold = n, c
     gc.num_assistant_tokens_schedule = "constant"
-    x = check_source(source_ids, large.vocab).to(large.device)
+    x = check_source(source_ids, large.vocab, large.max_source, large.name).to(large.device)
     out = _generate(large, x, max_new_tokens, assistant_model=small.model)
     return out, Trace(source=["L"] * len(out))

@@ -31,7 +31,7 @@ from bildlib.models.lean_t5 import LeanT5
 from bildlib.models.lm import LM, check_source
 
 
-def check_sources(sources, vocab: int) -> list[torch.Tensor]:
+def check_sources(sources, vocab: int, limit: int | None = None, model: str = "the model") -> list:
     """A non-empty list of sources, each one check_source accepts; errors name the row."""
     if isinstance(sources, torch.Tensor) or not isinstance(sources, list | tuple):
         raise TypeError(f"sources must be a list of sources (lists of ids), got {type(sources).__name__}")
@@ -40,7 +40,7 @@ def check_sources(sources, vocab: int) -> list[torch.Tensor]:
     out = []
     for r, s in enumerate(sources):
         try:
-            out.append(check_source(s, vocab))
+            out.append(check_source(s, vocab, limit, model))
         except (TypeError, ValueError) as e:
             raise type(e)(f"sources[{r}]: {e}") from None
     return out
@@ -99,7 +99,7 @@ class LeanT5Batch:
     def start(self, sources: list) -> list[int]:
         """Take B <= capacity sources (any lengths) and encode them in one padded call."""
         _check_capacity(self, len(sources))
-        xs = check_sources(sources, self.lm.vocab)
+        xs = check_sources(sources, self.lm.vocab, self.lm.max_source, self.lm.name)
         S = max(x.shape[1] for x in xs)
         src = torch.zeros(len(xs), S, dtype=torch.long, device=self.device)  # 0-padded, masked below
         mask = torch.full((len(xs), S), torch.finfo(self.t.emb.dtype).min, device=self.device)

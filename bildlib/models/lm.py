@@ -39,6 +39,7 @@ class LM:
         self.device = model.device
         self.width = model.config.get_text_config(decoder=True).vocab_size  # logits columns returned
         self.vocab = len(tokenizer)  # source ids must lie in [0, vocab)
+        self.max_source = max_source(model.config)  # the longest source (or prompt) start() takes
         self.partners = weakref.WeakSet()  # large models check_pair accepted this one with
         self.eos = tokenizer.eos_token_id
         self.ids: list[int] = []
@@ -72,7 +73,7 @@ class LM:
     def start(self, source_ids) -> int:
         """Take a new source; returns bos, the first decoder token. The encoder (or the prompt
         prefill) runs at the first forward(), so a model the decoder never calls costs nothing."""
-        x = check_source(source_ids, self.vocab).to(self.device)  # (1, S)
+        x = check_source(source_ids, self.vocab, self.max_source, self.name).to(self.device)  # (1, S)
         wholecall.recheck(self)  # threads changed since
         self.ids, self.source, self._source = [], x, x
         if self.is_encoder_decoder:
@@ -128,10 +129,21 @@ def load_pair(
     return s, lg
 
 
-def check_source(source_ids, vocab: int) -> torch.Tensor:
+def max_source(config) -> int:
+    """The most source (or prompt) tokens a model takes: a decoder-only model's positions, less
+    one for the first new token; else MAX_SOURCE (T5's relative positions set no limit, but a
+    source of thousands of tokens runs for minutes; set an LM's max_source to change it)."""
+    if config.is_encoder_decoder:
+        return MAX_SOURCE
+    positions = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    return positions - 1 if isinstance(positions, int) and positions > 1 else MAX_SOURCE
+
+
+def check_source(source_ids, vocab: int, limit: int | None = None, model: str = "the model") -> torch.Tensor:
     """One source as a (1, S) long tensor. Every decoder is batch 1: a nested list or a 2-D
     tensor with more than one row is an error (reshaping would decode the concatenation), as are
-    non-integer ids (a cast would truncate them) and ids outside the vocabulary [0, vocab)."""
+    non-integer ids (a cast would truncate them), ids outside the vocabulary [0, vocab) and more
+    than limit ids (LM.max_source)."""
     if isinstance(source_ids, torch.Tensor) or hasattr(source_ids, "__array__"):
         x = torch.as_tensor(source_ids)
         if x.dim() > 2 or x.dim() == 2 and x.shape[0] != 1:
@@ -149,6 +161,9 @@ def check_source(source_ids, vocab: int) -> torch.Tensor:
         x = torch.tensor([ids], dtype=torch.long)  # (1, S)
     if x.shape[1] == 0:
         raise ValueError("source_ids is empty")
+    if limit is not None and x.shape[1] > limit:
+        raise ValueError(f"source_ids has {x.shape[1]} tokens; {model} takes at most {limit} (its "
+                         "max_source: models.lm.max_source); shorten or split the source")  # fmt: skip
     lo, hi = x.min().item(), x.max().item()
     if lo < 0 or hi >= vocab:
         bad = lo if lo < 0 else hi
@@ -156,11 +171,17 @@ def check_source(source_ids, vocab: int) -> torch.Tensor:
     return x
 
 
+MAX_SOURCE = 4096  # tokens: an encoder-decoder's longest source (max_source)
+
+
 def check_pair(s: LM, lg: LM) -> None:
     """s and lg fit together as BiLD's small and large model: one vocabulary, one architecture
     kind. Remembered on s (s.partners), so decoders check every call at no cost."""
     if lg in s.partners:
         return
+    if s is lg:
+        raise ValueError(f"small and large are the same model ({s.name}): BiLD needs two, each with its own "
+                         "cache (load_pair, or LM.from_pretrained twice)")  # fmt: skip
     check_same_vocab(s.tok, lg.tok, s.name, lg.name)
     if s.is_encoder_decoder != lg.is_encoder_decoder:
         raise ValueError(f"{s.name} and {lg.name}: one is an encoder-decoder, the other decoder-only")

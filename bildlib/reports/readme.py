@@ -172,13 +172,33 @@ def render(text: str, root: Path = REPO_ROOT) -> str:
         name = m["name"]
         if name not in BLOCKS:
             raise ValueError(f"README block {name!r} has no generator in bildlib.reports.readme.BLOCKS")
-        body = BLOCKS[name](root).rstrip()
+        body = _block(name, root)
         if bad := NOT_A_NUMBER.search(body):  # a value no check above caught: never print it
             raise ReportError(f"block {name!r} would show {bad[0]!r}: a file it reads holds a NaN or "
                               f"an infinity ({body[max(0, bad.start() - 60) : bad.end() + 20]!r})")
         return m.group(1) + body + "\n" + m.group(4)
 
     return BLOCK.sub(one, text)
+
+
+def _block(name: str, root: Path) -> str:
+    """One block's text; an error no check caught (a value of the wrong kind met by a format or a
+    sum) becomes a ReportError naming the files the block read."""
+    from bildlib.analysis import tables
+
+    before, tables.READ = tables.READ, []
+    try:
+        return BLOCKS[name](root).rstrip()
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        if isinstance(e, ReportError):
+            raise
+        files = ", ".join(dict.fromkeys(tables.READ)) or "no file"
+        raise ReportError(f"block {name!r} (from {files}): {type(e).__name__}: {e}; a file holds a value "
+                          "of the wrong kind, or lacks one: rerun what writes it") from e  # fmt: skip
+    finally:
+        if before is not None:
+            before.extend(tables.READ)
+        tables.READ = before
 
 
 def stale(text: str, root: Path = REPO_ROOT) -> list[str]:
