@@ -4,8 +4,13 @@ solved one, one with a hang, and a later blank one, from students whose notebook
 name. Every notebook runs in a real kernel, on the shipped pair and a few sentences (the course's
 parameters), with a short cell timeout for the hang."""
 
+import hashlib
+import os
 import re
+import shutil
+import stat
 import subprocess
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -15,7 +20,7 @@ from conftest import REPO
 
 # few sentences and timed repeats; a cell that does not hang takes 10 s at most here (the imports)
 PARAMS = {"n_examples": 2, "n_sweep": 3, "alphas": [0.5], "threads": 1, "rounds": 3}
-HANG_TIMEOUT = 20  # exercise 3's check hangs: it costs this
+HANG_TIMEOUT = 20  # exercise 3's check hangs: it costs this (room for a laptop 2.5x slower than CI's)
 
 
 def test_solutions_are_not_in_the_package():
@@ -106,7 +111,16 @@ real = importlib.import_module
 importlib.import_module = lambda name, *a: fake if "grading" in name else real(name, *a)
 sys.modules["bildlib.notebook.tutorial.grading"] = fake  # the hidden tests' import gets the fake
 subprocess.Popen(["setsid", "sleep", "4242"])  # outlives the notebook unless the sandbox ends it
-solutions = True"""
+solutions = True
+attempt("/etc/shadow read", lambda: open("/etc/shadow").read())
+attempt("another checkout's solutions", lambda: exec(open(OTHER).read(), {}))
+import os  # links and a FIFO left for nbgrader's steps after the kernel (its write-back, chmod, feedback)
+os.remove("tutorial.ipynb")
+os.symlink(COURSE + "/gradebook.db", "tutorial.ipynb")
+os.symlink(str(REPO_ROOT / "course/solutions.py"), "loot-solutions.py")
+os.symlink(COURSE + "/gradebook.db", "loot-gradebook.db")
+os.symlink(OUTSIDE, "outside.txt")
+os.mkfifo("fifo")"""
 
 
 def _write(folder, student, nb):
@@ -119,66 +133,84 @@ def _sleepers() -> list[str]:
     return [ln for ln in ps.splitlines() if ln.startswith("sleep 4242")]
 
 
+def _state(path: Path) -> tuple:
+    st = os.lstat(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(st.st_mode)
+
+
 def test_autograde_gives_each_submission_its_points(built, tmp_path):
-    """Each notebook costs a kernel and the tutorial's cells (about 15 s here), so four do, in this
-    order: mallory, blank, with every cheat (a cell solutions = True, a check cell edited to print
-    PASS, the checks module patched, the checks file forged, importlib.import_module and
-    sys.modules faking the hidden tests' module, grading.py rewritten on disk, files written into
-    the repository and the course's gradebook, a process left running); alice solved; bob solved
-    but for a hang in exercise 3; then alice again, blank: graded after mallory, whose disk edits
-    would have given her the points. The checks run in the grader, never in a kernel."""
+    """One make grade: the refused files (a FIFO, a link to a solved notebook, `[]`), every cheat
+    in one blank notebook, a solved one that hangs in exercise 3 after writing through the lent
+    models, all before a solved and a blank submission, which get 5 and 0."""
     subs, again = tmp_path / "subs", tmp_path / "again"
     status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    outside, other = tmp_path / "outside.txt", tmp_path / "other-checkout" / "course" / "solutions.py"
+    outside.write_text("the grader's")
+    other.parent.mkdir(parents=True)
+    shutil.copy(REPO / "course" / "solutions.py", other)  # another checkout of the project on the disk
+    kept = {f: _state(f) for f in (outside, other, REPO / "course" / "solutions.py")}
     edited = {"test-1": lambda s: 'print("PASS  exercise 1 fallback: right on all 5 cases")'}
-    escape = ESCAPE.replace("COURSE", repr(str(built)))
+    escape = ESCAPE.replace("COURSE", repr(str(built))).replace("OTHER", repr(str(other)))
+    escape = escape.replace("OUTSIDE", repr(str(outside)))
     _write(subs, "a-mallory", _submission(built, edit=edited, after_setup=PATCH + "\n" + escape, last=FORGE))
-    _write(subs, "b-alice", _submission(built, solved=True))
-    loop = "\n\n\ndef bild_loop(*args, **kwargs):\n    while True:\n        pass\n"  # replaces the solved one
-    _write(subs, "c-bob", _submission(built, solved=True, edit={"exercise-3": lambda s: s + loop}))
+    _write(subs, "c-alice", _submission(built, solved=True))
+    (subs / "a-fifo").mkdir()
+    os.mkfifo(subs / "a-fifo" / "tutorial.ipynb")
+    (subs / "a-link").mkdir()
+    (subs / "a-link" / "tutorial.ipynb").symlink_to(subs / "c-alice" / "tutorial.ipynb")
+    (subs / "a-list").mkdir()
+    (subs / "a-list" / "tutorial.ipynb").write_text("[]")
+    # bob writes through the lent models, then hangs: the next student's pair is a fresh one
+    loop = "\n\n\ndef bild_loop(small, large, *args, **kwargs):\n    small.width = large.width = 'pwned'\n" \
+           "    while True:\n        pass\n"  # fmt: skip
+    _write(subs, "b-bob", _submission(built, solved=True, edit={"exercise-3": lambda s: s + loop}))
+    _write(subs, "d-carol", _submission(built))
     release = nbformat.read(built / "release" / "tutorial" / "tutorial.ipynb", as_version=4)
     assert not any("BEGIN HIDDEN TESTS" in c.source or "BEGIN SOLUTION" in c.source for c in release.cells)
 
     t = autograde.grade(subs, built, timeout=HANG_TIMEOUT).set_index("student")
-    assert t["score"].to_dict() == {"a-mallory": 0, "b-alice": 5, "c-bob": 4}, t
+    assert t["score"].to_dict() == {"a-fifo": 0, "a-link": 0, "a-list": 0, "a-mallory": 0, "b-bob": 4,
+                                    "c-alice": 5, "d-carol": 0}, t  # fmt: skip
+    bad, hand_in = "not a valid notebook: tutorial.ipynb", "hand in the notebook file itself"
+    assert t.loc["a-fifo", "error"] == f"{bad} is a FIFO: {hand_in}"
+    assert t.loc["a-link", "error"] == f"{bad} is a symbolic link: {hand_in}"
+    assert t.loc["a-list", "error"] == f"{bad} holds a JSON list, not a notebook (an object with cells)"
     assert [t.loc["a-mallory", f"exercise {i}"] for i in range(1, 6)] == [0] * 5
     assert "never reached the grader" in t.loc["a-mallory", "error"]
     mallory = nbformat.read(built / "autograded" / "a-mallory" / "tutorial" / "tutorial.ipynb", as_version=4)
     said = "".join(o.get("text", "") for c in mallory.cells for o in c.get("outputs", []))
-    assert said.count("CHEAT") == 5 and "went through" not in said, said
+    assert said.count("CHEAT") == 7 and "went through" not in said, said
+    left = sorted(p.name for p in (built / "autograded" / "a-mallory" / "tutorial").iterdir())
+    assert left == ["tutorial.ipynb"], left  # what the kernel wrote stayed in its box
+    assert not (built / "feedback" / "a-mallory" / "tutorial" / "loot-solutions.py").exists()
+    assert {f: _state(f) for f in kept} == kept  # not read into a score, not overwritten, not chmodded
     assert not _sleepers(), "a submission's process outlived its kernel"
     assert subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
                           text=True).stdout == status  # fmt: skip
-    assert t.loc["b-alice", "error"] == "", t
-    b = t.loc["c-bob"]
+    assert t.loc["c-alice", "error"] == "" and t.loc["d-carol", "error"] == "", t
+    b = t.loc["b-bob"]
     assert [b[f"exercise {i}"] for i in range(1, 6)] == [1, 1, 0, 1, 1], b
     assert b["error"] == "test-3 timed out"
-    for s in ("b-alice", "c-bob"):  # the same file name: separate folders, grades and feedback
+    for s in ("c-alice", "b-bob"):  # the same file name: separate folders, grades and feedback
         assert (built / "autograded" / s / "tutorial" / "tutorial.ipynb").is_file()
         assert (built / "feedback" / s / "tutorial" / "tutorial.html").is_file()
-    assert "5.0 / 5.0" in (built / "feedback" / "b-alice" / "tutorial" / "tutorial.html").read_text()
+    assert "5.0 / 5.0" in (built / "feedback" / "c-alice" / "tutorial" / "tutorial.html").read_text()
 
     # alice submits again, blank; her earlier, solved run is not read. Everyone graded before keeps a row
-    _write(again, "b-alice", _submission(built))
-    (again / "d-dan").mkdir()
-    (again / "d-dan" / "tutorial.ipynb").write_text('{"cells": [')  # cut off: not JSON
+    _write(again, "c-alice", _submission(built))
+    (again / "e-dan").mkdir()
+    (again / "e-dan" / "tutorial.ipynb").write_text('{"cells": [')  # cut off: not JSON
     t = autograde.grade(again, built, timeout=60).set_index("student")
-    assert t["score"].to_dict() == {"a-mallory": 0, "b-alice": 0, "c-bob": 4, "d-dan": 0}, t
-    assert t.loc["b-alice", "error"] == "", t
-    why = t.loc["d-dan", "error"]
-    assert why.startswith("not a valid notebook: ") and "\n" not in why, why
-    assert len((built / "grades.csv").read_text().splitlines()) == 5  # a header and a row per student
-
-
-def test_bad_submissions_folders_are_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="SUBMISSIONS=.*no such folder"):
-        autograde.submissions(tmp_path / "nope")
-    (tmp_path / "s" / "alice" / "tutorial").mkdir(parents=True)
-    with pytest.raises(ValueError, match="alice: expected one notebook, found 0"):
-        autograde.submissions(tmp_path / "s")
-    for f in ("tutorial.ipynb", "tutorial/tutorial.ipynb"):  # both layouts at once: which one counts?
-        (tmp_path / "s" / "alice" / f).write_text("{}")
-    with pytest.raises(ValueError, match=r"found 2: .*alice/tutorial.ipynb, .*alice/tutorial/tutorial.ipynb"):
-        autograde.submissions(tmp_path / "s")
+    assert t["score"].to_dict() == {"a-fifo": 0, "a-link": 0, "a-list": 0, "a-mallory": 0, "b-bob": 4,
+                                    "c-alice": 0, "d-carol": 0, "e-dan": 0}, t  # fmt: skip
+    assert t.loc["c-alice", "error"] == "", t
+    why = t.loc["e-dan", "error"]
+    assert why.startswith("not a valid notebook: tutorial.ipynb is not notebook JSON"), why
+    assert len((built / "grades.csv").read_text().splitlines()) == 9  # a header and a row per student
+    feedback = {s: built / "feedback" / s / "tutorial" / "tutorial.html" for s in t.index}
+    assert "0.0 / 5.0" in feedback["c-alice"].read_text()  # rendered again, from round 2's points
+    assert "4.0 / 5.0" in feedback["b-bob"].read_text()  # not graded again: kept
+    assert not feedback["e-dan"].exists()  # no kernel ran: grades.csv says why
 
 
 def test_without_a_sandbox_grading_stops_and_says_why(tmp_path, monkeypatch):

@@ -4,20 +4,25 @@ in a sandbox, with points a submission cannot touch (docs/teaching.md, *What the
     python -m bildlib.notebook.tutorial.autograde SUBMISSIONS [--out build/course] [--timeout 300]
 
 SUBMISSIONS holds one folder per student with their notebook in it, or in nbgrader's collected
-layout, <student>/tutorial/tutorial.ipynb (a folder with both is refused, the two named). Per
-student, after their earlier submission, autograded copy and feedback are removed:
+layout, <student>/tutorial/tutorial.ipynb. Per student, after their earlier submission,
+autograded copy and feedback are removed:
 
-- a notebook that is not a valid notebook gets 0 and a one-line reason, and no kernel;
-- `nbgrader autograde` runs the notebook in a sandboxed kernel (tutorial.sandbox): it can write
-  only its own autograded folder, sees neither the course nor the repository's solutions, tests
-  and history, and every process it started ends with it; a cell timeout is its row's error;
+- a folder name a shell or nbgrader would mangle, a folder with none or two notebooks, and a
+  notebook that is not a regular file, is too large or is not valid notebook JSON: 0 and a
+  one-line reason, and no kernel (tutorial.intake);
+- `nbgrader autograde` runs the notebook in a sandboxed kernel (tutorial.sandbox): its file system
+  holds only the system, the Python environment, the package, its data and the handouts, read-only,
+  and a private copy of its working folder; nothing it writes reaches a folder nbgrader reads back,
+  and every process it started ends with it; a cell timeout is its row's error;
 - each hidden test serves the student's function to the grader in this process, which runs the
   exercise's check (tutorial.verdict) and writes the points into nbgrader's gradebook: a hidden
   test that never reached the grader, or whose check failed, scores 0 whatever the kernel printed.
 
 <out>/grades.csv is then written from the gradebook: every student graded so far, in this run or
 an earlier one, with their points per exercise and the error of their latest grading
-(<out>/grading.json); then `generate_feedback` writes the HTML for them all.
+(<out>/grading.json); `generate_feedback` writes the HTML for each student graded in this run
+(the others keep theirs), after anything in their autograded folder that is not a regular file is
+removed (named in the row).
 """
 
 from __future__ import annotations
@@ -34,25 +39,34 @@ import nbformat
 import pandas as pd
 
 from bildlib import data
-from bildlib.notebook.tutorial import grading, sandbox, verdict
+from bildlib.notebook.tutorial import grading, intake, sandbox, verdict
 from bildlib.notebook.tutorial.checks import EXERCISES
 from bildlib.notebook.tutorial.course import ASSIGNMENT, BUILD, TIMEOUT, build, lab_settings
 
 
-def submissions(folder: Path) -> dict[str, Path]:
-    """{student id: notebook}: one folder per student, its one notebook directly inside or under
-    tutorial/ (nbgrader's collected layout)."""
+def submissions(folder: Path) -> dict[str, Path | str]:
+    """{student id: their notebook, or why it is refused (one line)}: one folder per student, its
+    one notebook directly inside or under tutorial/ (nbgrader's collected layout). A folder name
+    a shell or nbgrader would mangle, a link in place of a folder, none or two notebooks: a reason,
+    so that the other students are still graded (tutorial.intake)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"SUBMISSIONS={folder}: no such folder (one folder per student inside)")
-    out = {}
-    for d in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        found = sorted(d.glob("*.ipynb")) + sorted((d / ASSIGNMENT).glob("*.ipynb"))
-        if len(found) != 1:
-            which = f": {', '.join(str(f) for f in found)}" if found else ""
-            raise ValueError(f"{d}: expected one notebook, found {len(found)}{which} (one student, one "
-                             "notebook)")  # fmt: skip
-        out[d.name] = found[0]
+    out: dict[str, Path | str] = {}
+    for d in sorted(folder.iterdir()):
+        if d.is_file() and not d.is_symlink():
+            continue  # a README or a list beside the students' folders
+        if why := intake.student_name(d.name):
+            out[d.name] = f"the folder name {d.name!r} {why}: rename it"
+        elif d.is_symlink() or not d.is_dir():
+            out[d.name] = f"{d.name} is {intake.kind(os.lstat(d)) or 'not a folder'}, not a student's folder"
+        else:
+            found = sorted(d.glob("*.ipynb")) + sorted((d / ASSIGNMENT).glob("*.ipynb"))
+            if len(found) == 1:
+                out[d.name] = found[0]
+            else:
+                which = f": {', '.join(str(f.relative_to(folder)) for f in found)}" if found else ""
+                out[d.name] = f"expected one notebook, found {len(found)}{which} (one student, one notebook)"
     if not out:
         raise ValueError(f"SUBMISSIONS={folder} holds no student folders (<student>/tutorial.ipynb)")
     return out
@@ -68,8 +82,8 @@ def grade(folder: Path, out: Path = BUILD, timeout: int | None = None) -> pd.Dat
                            "(docs/teaching.md, What the sandbox isolates)")  # fmt: skip
     if not (out / "release" / ASSIGNMENT).is_dir() or not (out / "course.json").is_file():
         build(out, timeout=timeout)
-    subs = submissions(folder)  # refused before anything is graded
-    lab, opened = lab_settings(out), []  # exercise 3's pair: opened once, at its first check
+    subs = submissions(folder)  # an empty folder is refused before anything is graded
+    lab, opened = lab_settings(out), []  # exercise 3's pair: opened at its first check, per student
 
     def check(n, fn):
         if n == 3 and not opened:
@@ -83,26 +97,18 @@ def grade(folder: Path, out: Path = BUILD, timeout: int | None = None) -> pd.Dat
     api = _api(out, timeout)  # in this process: no nbgrader start-up per student
     notes = _notes(out)
     for student, nb in subs.items():
-        for stage in ("submitted", "autograded", "feedback"):  # nothing stale from an earlier run
-            shutil.rmtree(out / stage / student / ASSIGNMENT, ignore_errors=True)
-        if bad := _invalid(nb):
+        opened.clear()  # exercise 3's pair anew: a write through a lent handle ends with its student
+        if isinstance(nb, str):  # the folder refused: no kernel, and nothing under out/ by its name
             _record(out, student, {})
-            notes[student] = f"not a valid notebook: {bad}"
+            notes[student] = nb
         else:
-            dest = out / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-            dest.parent.mkdir(parents=True)
-            shutil.copy(nb, dest)
-            server = verdict.Server(check, timeout)
-            path = os.pathsep.join([str(out / "jupyter"), os.environ.get("JUPYTER_PATH", "")])
-            env = server.env | {sandbox.HIDE: str(out), "JUPYTER_PATH": path}  # the sandbox's kernelspec
-            try:
-                with _environ(env):
-                    r = api.autograde(ASSIGNMENT, student, force=True, create=True)
-            finally:
-                server.close()
-            _record(out, student, server.results)
-            notes[student] = _errors(out, student, server.results) or (
-                "" if r["success"] else " ".join(str(r["error"]).split())[-300:])
+            for stage in ("submitted", "autograded", "feedback"):  # nothing stale from an earlier run
+                shutil.rmtree(out / stage / student / ASSIGNMENT, ignore_errors=True)
+            if bad := intake.notebook(nb):
+                _record(out, student, {})
+                notes[student] = f"not a valid notebook: {bad}"
+            else:
+                notes[student] = _autograde(api, out, student, nb, check, timeout)
         with data.atomic_path(out / "grading.json") as tmp:
             tmp.write_text(json.dumps(notes, indent=1, sort_keys=True))
         table = grades(out, notes)
@@ -110,9 +116,32 @@ def grade(folder: Path, out: Path = BUILD, timeout: int | None = None) -> pd.Dat
             table.to_csv(tmp, index=False)
         row = table.set_index("student").loc[student]
         why = f" ({notes[student]})" if notes[student] else ""
-        print(f"{student}: {row['score']:g} of {row['max_score']:g}{why}")
-    api.generate_feedback(ASSIGNMENT, force=True)  # HTML, for every autograded submission
-    return table  # feedback changes no score
+        name = repr(student) if intake.student_name(student) else student
+        print(f"{name}: {row['score']:g} of {row['max_score']:g}{why}")
+    return table
+
+
+def _autograde(api, out: Path, student: str, nb: Path, check, timeout: int) -> str:
+    """One valid notebook through nbgrader's autograde in the sandbox, the grader's points into
+    the gradebook, then its feedback: the note for its row ("" when nothing went wrong)."""
+    dest = out / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    dest.parent.mkdir(parents=True)
+    shutil.copyfile(nb, dest, follow_symlinks=False)
+    server = verdict.Server(check, timeout)
+    path = os.pathsep.join([str(out / "jupyter"), os.environ.get("JUPYTER_PATH", "")])
+    env = server.env | {sandbox.COURSE: str(out), "JUPYTER_PATH": path}  # the sandbox's kernelspec
+    try:
+        with _environ(env):
+            r = api.autograde(ASSIGNMENT, student, force=True, create=True)
+    finally:
+        server.close()
+    _record(out, student, server.results)
+    note = _errors(out, student, server.results) or (
+        "" if r["success"] else " ".join(str(r["error"]).split())[-300:])  # fmt: skip
+    if removed := intake.clear(out / "autograded" / student / ASSIGNMENT):  # before feedback copies it
+        note = "; ".join(filter(None, [note, f"removed from the autograded folder: {', '.join(removed)}"]))
+    api.generate_feedback(ASSIGNMENT, student, force=True)  # HTML, from the points just written
+    return note
 
 
 @contextlib.contextmanager
@@ -128,15 +157,6 @@ def _environ(env: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _invalid(nb: Path) -> str:
-    """Why nb is not a notebook nbgrader can grade, in one line; "" when it is one."""
-    try:
-        nbformat.validate(nbformat.read(nb, as_version=4))
-    except (ValueError, OSError, KeyError, nbformat.ValidationError) as e:
-        return " ".join(f"{type(e).__name__}: {e}".split())[:200]
-    return ""
 
 
 def _api(course: Path, timeout: int):

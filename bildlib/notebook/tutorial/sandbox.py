@@ -1,17 +1,24 @@
 """The sandbox a submission's kernel runs in under `make grade` (docs/teaching.md, *What the sandbox
-isolates*): Linux namespaces through util-linux's `unshare` and `setpriv`, no root needed.
+isolates*): Linux namespaces through util-linux's `unshare`, `mount`, `pivot_root` and `setpriv`.
 
     python -m bildlib.notebook.tutorial.sandbox CONNECTION_FILE [KERNEL ARGS]   (kernelspec()'s argv)
 
-- a user namespace in which the kernel holds no capability (setpriv drops them all, and
-  no_new_privs keeps a setuid program from giving any back);
-- a mount namespace in which every file system is read-only: the repository, the course folder
-  (gradebook, hidden tests, other students' folders), the package and the venv, the home folder.
-  Writable are the kernel's working folder (the submission's own autograded folder, where nbgrader
-  starts it) and a private, empty /tmp and /dev/shm;
-- a PID namespace: the kernel is the child of a small init (this module), and when the kernel ends
-  or is killed, the namespace ends and every process the submission started (`setsid`, `nohup`
-  or a double fork included) is killed with it.
+The kernel's file system is a list of what it may see, not of what it may not (allowed()): an
+empty root, with only the system's programs and libraries, the Python environment, the package,
+its data and the handouts bound into it read-only, and a few device files. Its working folder (a
+private copy of the regular files nbgrader put there), /tmp, /dev/shm and the repository's build/
+are empty or copied tmpfs, writable and discarded with the kernel: nothing it writes reaches the
+folders nbgrader reads back. Nothing else of the host exists for it: not the course folder
+(gradebook, hidden tests, other submissions), not the repository's .git, tests or solutions, not
+the home folder, not another checkout, not /etc beyond what the dynamic loader reads.
+
+- A grader that is root: a mount and a PID namespace made as root, then the kernel runs as uid
+  and gid 65534 (nobody) with no supplementary group, so the host checks a nobody's rights.
+- Any other grader: a user namespace too (no root needed), the kernel as the grader's uid.
+- Either way the kernel holds no capability (setpriv drops them all; no_new_privs keeps a setuid
+  program from giving any back), and it is the child of a small init (this module): when the
+  kernel ends or is killed, the PID namespace ends, and every process the submission started
+  (`setsid`, `nohup` or a double fork included) is killed with it.
 
 The network is shared: the kernel talks to nbgrader over local TCP and to the grader over an
 abstract Unix socket (verdict). The checks run in the grader, so what a kernel does inside its
@@ -24,27 +31,62 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 NAME = "bildlib-sandbox"
 MODULE = "bildlib.notebook.tutorial.sandbox"  # this module (run with -m, its __name__ is __main__)
-HIDE = "BILD_SANDBOX_HIDE"  # more folders to hide (separated by os.pathsep): the course
-PSEUDO = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "securityfs", "debugfs",
-          "tracefs", "bpf", "pstore", "configfs", "fusectl", "hugetlbfs", "binfmt_misc", "autofs"}
+NOBODY = 65534  # the kernel's uid and gid on the host where the grader is root
+ROOT = Path("/dev/shm")  # where the new root is built, in the namespace only (its tmpfs hides the host's)
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "hosts",
+    "nsswitch.conf",
+    "host.conf",
+    "alternatives",
+)  # what the dynamic loader and Python read; no passwd, shadow or keys
+COURSE = "BILD_SANDBOX_COURSE"  # a folder the kernel must not see: the grader names the course folder
+ENV = {
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "PYTHONHASHSEED",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TRITON_INTERPRET",
+}  # the kernel's env
+ENV_PREFIXES = ("BILD_", "LC_", "OMP_", "MKL_", "JPY_")  # and these (BILD_VERDICT: the grader's socket)
+WORK_FILES, WORK_BYTES = 200, 64 << 20  # the working folder copied in: at most this many files, bytes
+
+
+def _root_grader() -> bool:
+    return os.geteuid() == 0
 
 
 def available() -> str | None:
     """None where a sandbox starts here; else why not (a missing tool, namespaces refused)."""
-    for tool in ("unshare", "setpriv", "mount"):
+    for tool in ("unshare", "setpriv", "mount", "pivot_root", "umount"):
         if shutil.which(tool) is None:
             return f"{tool} (util-linux) is not installed"
-    p = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "true"],
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(["unshare", *_namespaces(), "true"], capture_output=True, text=True)
     if p.returncode:
-        return f"this system refuses unprivileged namespaces: unshare said {p.stderr.strip()!r}"
+        return f"this system refuses the namespaces: unshare said {p.stderr.strip()!r}"
     return None
+
+
+def _namespaces() -> list[str]:
+    user = [] if _root_grader() else ["--user", "--map-root-user"]
+    return [*user, "--mount", "--pid", "--fork"]
 
 
 def kernelspec(folder: Path) -> Path:
@@ -60,45 +102,73 @@ def kernelspec(folder: Path) -> Path:
 
 def outer(connection_file: str, extra: list[str]) -> None:
     """As the kernel manager starts it: the same module again, as init of new namespaces."""
-    os.execvp("unshare", ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
-                          "--kill-child", "--mount-proc", sys.executable, "-m", MODULE, "--inner",
-                          connection_file, *extra])  # fmt: skip
+    os.execvp("unshare", ["unshare", *_namespaces(), "--kill-child", "--mount-proc", sys.executable, "-m",
+                          MODULE, "--inner", connection_file, *extra])  # fmt: skip
+
+
+def allowed() -> dict[str, list[Path]]:
+    """What the kernel's root holds: {"bind": host folders bound read-only at their own paths,
+    "scratch" and "build": empty writable tmpfs, "work": [the working folder, copied in]}. The system's
+    programs and libraries, the Python environment, the package, the data and the handouts."""
+    root = Path(__file__).resolve().parents[3]
+    python = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
+              Path(sys.executable).resolve().parents[1]}  # fmt: skip
+    data = [root / "data", root.parent / "shared" / "data"]
+    if os.environ.get("BILD_DATA_DIR"):
+        data.append(Path(os.environ["BILD_DATA_DIR"]))
+    bind = {Path("/usr"), *python, root / "bildlib", root / "kernels", root / "notebooks", *data,
+            Path("/sys/devices/system/cpu"), Path("/sys/devices/system/node")}  # fmt: skip
+    bind = {p.resolve() for p in bind if p.is_dir()}
+    bind = sorted(p for p in bind if not any(p != q and p.is_relative_to(q) for q in bind))  # outermost
+    return {
+        "bind": bind,
+        "scratch": [Path("/tmp"), Path("/dev/shm")],
+        "build": [root / "build"],
+        "work": [Path.cwd().resolve()],
+    }
 
 
 def inner(connection_file: str, extra: list[str]) -> int:
-    """Init of the sandbox: lay out the file systems (plan), start the kernel without
-    capabilities, pass it the signals the kernel manager sends, reap, and end with it (which ends
-    every process in the namespace)."""
-    conn = Path(connection_file).read_text()  # before /tmp, where it may live, is replaced
-    hide, scratch, keep, work = plan()
-    with open("/proc/self/mountinfo") as f:
-        fields = [ln.split() for ln in f]
-    before = [(x[4], x[x.index("-") + 1]) for x in fields]  # (mount point, file system type)
-    _mount("-t", "tmpfs", "tmpfs", "/dev/shm")  # staging: each folder kept, bound here while reachable
-    staged = []
-    for i, p in enumerate([*keep, work]):
-        stage = Path(f"/dev/shm/{i}")
-        stage.mkdir()
-        _mount("--bind", str(p), str(stage))
-        staged.append((p, stage, p == work))
-    for point, fstype in before:  # every file system read-only
-        if fstype not in PSEUDO and point != "/dev/shm":
-            subprocess.run(["mount", "-o", "remount,bind,ro", point], capture_output=True)
-    for p in sorted([*hide, *scratch], key=lambda q: len(q.parts)):  # parents first
-        p.mkdir(parents=True, exist_ok=True)  # inside a hiding tmpfs when not there
-        _mount("-t", "tmpfs", "-o", "mode=0755" if p in hide else "mode=1777", "tmpfs", str(p))
-    for p, stage, writable in staged:
-        p.mkdir(parents=True, exist_ok=True)
-        _mount("--bind", str(stage), str(p))
-        _mount("-o", f"remount,bind,{'rw' if writable else 'ro'}", str(p))
-    for p in hide:
-        _mount("-o", "remount,ro", str(p))
-    _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm")  # over the staging
+    """Init of the sandbox: build the root (allowed()), move into it, start the kernel without
+    capabilities (and as nobody where the grader is root), pass it the signals the kernel
+    manager sends, reap, and end with it (which ends every process in the namespace)."""
+    conn = Path(connection_file).read_text()
+    plan, uid = allowed(), NOBODY if _root_grader() else 0
+    _refuse_overlap(plan)
+    _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(ROOT))
+    _dev()
+    (ROOT / "proc").mkdir()
+    _mount("-t", "proc", "proc", str(ROOT / "proc"))
+    for p in plan["scratch"]:  # /tmp and /dev/shm first: a folder bound or copied below may lie under them
+        _tmpfs(p, "mode=1777")
+    for p in plan["bind"]:
+        _bind(p)
+    for name in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):  # merged /usr: links; else folders
+        host = Path("/") / name
+        if host.is_symlink():
+            (ROOT / name).symlink_to(os.readlink(host))
+        elif host.is_dir():
+            _bind(host)
+    _etc()
+    for p in plan["build"]:  # the figures a notebook draws: under the repository, after its binds
+        _tmpfs(p, "mode=1777")
+    (work,) = plan["work"]
+    _tmpfs(work, "mode=0755")
+    _copy_regular(work, ROOT / work.relative_to("/"), uid)
+    (ROOT / ".old").mkdir()
+    _run("pivot_root", str(ROOT), str(ROOT / ".old"))
+    os.chdir("/")
+    _run("umount", "-l", "/.old")  # the host's tree leaves the namespace
+    os.rmdir("/.old")
+    _run("mount", "-o", "remount,ro", "/")
     kf = Path("/tmp/kernel.json")
     kf.write_text(conn)
-    env = os.environ | {"HOME": "/tmp/home", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl",
+    os.chown(kf, uid, uid)
+    env = {k: v for k, v in os.environ.items() if k in ENV or k.startswith(ENV_PREFIXES)}
+    env |= {"HOME": "/tmp/home", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl",
                         "XDG_CACHE_HOME": "/tmp/cache", "TMPDIR": "/tmp", "JPY_PARENT_PID": "1"}  # fmt: skip
-    argv = ["setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
+    who = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid else []
+    argv = ["setpriv", *who, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
             sys.executable, "-m", "ipykernel_launcher", "-f", str(kf), *extra]  # fmt: skip
     child = subprocess.Popen(argv, env=env, cwd=work, process_group=0)  # signals reach it through init only
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
@@ -114,32 +184,89 @@ def inner(connection_file: str, extra: list[str]) -> int:
             return os.waitstatus_to_exitcode(status) & 0xFF
 
 
-def plan() -> tuple[list[Path], list[Path], list[Path], Path]:
-    """(hidden, scratch, kept, work): folders an empty read-only tmpfs hides (the repository with
-    its .git, tests and course solutions; the home folder; the course folder, with the hidden
-    tests and every submission: BILD_SANDBOX_HIDE); folders an empty writable tmpfs replaces
-    (/tmp, the repository's build/, where a notebook writes its figures); folders bound back
-    read-only (the package, the data, the handouts, the Python environment); and the working
-    folder, the only one of the real disk a kernel can write."""
-    root = Path(__file__).resolve().parents[3]
-    work = Path.cwd().resolve()
-    more = [Path(p).resolve() for p in os.environ.get(HIDE, "").split(os.pathsep) if p]
-    hide = {root, Path.home().resolve(), *more}
-    keep = {root / "bildlib", root / "kernels", root / "data", root / "notebooks", Path(sys.prefix).resolve(),
-            Path(sys.base_prefix).resolve(), root.parent / "shared"}  # fmt: skip
-    if os.environ.get("BILD_DATA_DIR"):
-        keep.add(Path(os.environ["BILD_DATA_DIR"]).resolve())
-    hide = {p for p in hide if p.is_dir() and p != Path("/")}
-    scratch = [Path("/tmp"), root / "build"]
-    covered = [*hide, *scratch]
-    keep = {p for p in keep if p.is_dir() and p != work and any(p.is_relative_to(h) for h in covered)}
-    return sorted(hide), scratch, sorted(keep), work
+def _refuse_overlap(plan: dict) -> None:
+    """The course folder (COURSE) must not lie in what is bound, nor anything under the root being built."""
+    course = [Path(v).resolve() for v in os.environ.get(COURSE, "").split(os.pathsep) if v]
+    for c in course:
+        if seen := [p for p in plan["bind"] if c.is_relative_to(p)]:
+            raise SystemExit(f"sandbox: the course folder {c} lies in {seen[0]}, which a kernel sees; "
+                             "build the course elsewhere (make course COURSE=...)")  # fmt: skip
+    if any(p.is_relative_to(ROOT) for p in [*plan["bind"], *plan["work"]]):
+        raise SystemExit(f"sandbox: a folder it binds is under {ROOT}, where it builds its root")
+    if [p for p in plan["bind"] if plan["work"][0].is_relative_to(p)]:
+        raise SystemExit(f"sandbox: the working folder {plan['work'][0]} lies in a folder bound read-only")
+
+
+def _bind(host: Path) -> None:
+    """host, read-only, at its own path in the new root (folders above it: empty, 0755)."""
+    dest = ROOT / host.relative_to("/")
+    dest.mkdir(parents=True, exist_ok=True)
+    _mount("--bind", str(host), str(dest))
+    _mount("-o", "remount,bind,ro", str(dest))
+
+
+def _tmpfs(path: Path, mode: str) -> None:
+    dest = ROOT / path.relative_to("/")
+    dest.mkdir(parents=True, exist_ok=True)
+    _mount("-t", "tmpfs", "-o", f"{mode},size=1g", "tmpfs", str(dest))
+
+
+def _etc() -> None:
+    """/etc: the loader's cache and a few name-service files, and a passwd and group naming only
+    root and nobody."""
+    etc = ROOT / "etc"
+    etc.mkdir()
+    for name in ETC:
+        host = Path("/etc") / name
+        if host.is_dir() and not host.is_symlink():
+            _bind(host)
+        elif host.is_file():
+            (etc / name).touch()
+            _mount("--bind", str(host), str(etc / name))
+            _mount("-o", "remount,bind,ro", str(etc / name))
+    users = f"root:x:0:0::/tmp/home:/bin/sh\nnobody:x:{NOBODY}:{NOBODY}::/tmp/home:/bin/sh\n"
+    (etc / "passwd").write_text(users)
+    (etc / "group").write_text(f"root:x:0:\nnogroup:x:{NOBODY}:\n")
+
+
+def _dev() -> None:
+    dev = ROOT / "dev"
+    _tmpfs(Path("/dev"), "mode=0755")
+    for name in DEVICES:
+        if Path("/dev", name).exists():
+            (dev / name).touch()
+            _mount("--bind", f"/dev/{name}", str(dev / name))
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        (dev / name).symlink_to(target)
+
+
+def _copy_regular(src: Path, dest: Path, uid: int) -> None:
+    """The working folder's regular files and folders (no link, FIFO or device), owned by uid."""
+    n = size = 0
+    for top, dirs, files in os.walk(src):  # does not follow links to folders
+        rel = Path(top).relative_to(src)
+        for d in dirs:
+            if not os.path.islink(os.path.join(top, d)):
+                (dest / rel / d).mkdir(exist_ok=True)
+                os.chown(dest / rel / d, uid, uid)
+        for f in files:
+            st = os.lstat(os.path.join(top, f))
+            n, size = n + 1, size + st.st_size
+            if stat.S_ISREG(st.st_mode) and n <= WORK_FILES and size <= WORK_BYTES:
+                shutil.copyfile(os.path.join(top, f), dest / rel / f, follow_symlinks=False)
+                os.chown(dest / rel / f, uid, uid)
+    os.chown(dest, uid, uid)
+
+
+def _run(*argv: str) -> None:
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"sandbox: {' '.join(argv)} failed: {p.stderr.strip()}")
 
 
 def _mount(*args: str) -> None:
-    p = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if p.returncode:
-        raise SystemExit(f"sandbox: mount {' '.join(args)} failed: {p.stderr.strip()}")
+    _run("mount", *args)
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,104 @@
+"""What `make grade` takes from a submissions folder before anything runs, and what it clears
+from a student's folders around nbgrader's steps (docs/teaching.md, *What the sandbox isolates*).
+
+Taken: a student folder under a name a shell or nbgrader cannot mangle, holding one notebook
+that is a regular file (no symbolic link, FIFO, device or second hard link), at most MAX_BYTES,
+and valid notebook JSON by nbformat's own validation. Cleared: anything in a folder nbgrader is
+about to copy, chmod or render that is not a regular file or folder, or is over the limit.
+Every refusal is one line naming the path, returned, never raised: one student's file does not
+stop the others' grading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+MAX_BYTES = 16 << 20  # a notebook, or any file nbgrader copies: the handout is about 100 KB
+MAX_NAME = 100
+
+
+def student_name(name: str) -> str:
+    """Why a folder name is refused as a student id ("" when it is taken)."""
+    if not name.isprintable() or any(c.isspace() for c in name):
+        return "holds a space, a newline or a control character"
+    if name.startswith((".", "-")):
+        return "starts with a dot or a dash"
+    if ".." in name:
+        return "holds '..'"
+    if len(name) > MAX_NAME:
+        return f"is longer than {MAX_NAME} characters"
+    return ""
+
+
+def kind(st: os.stat_result) -> str:
+    """What a file is, in words, when it is not a regular file with one link ("" when it is)."""
+    m = st.st_mode
+    if stat.S_ISLNK(m):
+        return "a symbolic link"
+    if stat.S_ISFIFO(m):
+        return "a FIFO"
+    if stat.S_ISCHR(m) or stat.S_ISBLK(m):
+        return "a device"
+    if stat.S_ISSOCK(m):
+        return "a socket"
+    if not stat.S_ISREG(m):
+        return "not a regular file"
+    if st.st_nlink > 1:
+        return f"a file with {st.st_nlink} hard links"
+    if st.st_size > MAX_BYTES:
+        return f"{st.st_size} bytes, over the limit of {MAX_BYTES}"
+    return ""
+
+
+def notebook(path: Path) -> str:
+    """Why path is not a notebook nbgrader can grade, in one line ("" when it is one). Only a
+    regular file is opened (never through a link), and nothing here raises."""
+    import nbformat
+
+    try:
+        if why := kind(os.lstat(path)):
+            return f"{path.name} is {why}: hand in the notebook file itself"
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if why := kind(os.fstat(f.fileno())):  # replaced since the lstat
+                return f"{path.name} is {why}"
+            raw = f.read(MAX_BYTES + 1)
+        doc = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        return _line(f"{path.name} is not notebook JSON: {type(e).__name__}: {e}")
+    if not isinstance(doc, dict):
+        return f"{path.name} holds a JSON {type(doc).__name__}, not a notebook (an object with cells)"
+    major, minor = doc.get("nbformat"), doc.get("nbformat_minor")
+    if type(major) is not int or major not in (3, 4) or type(minor) is not int:
+        return f"{path.name} has nbformat {major!r}.{minor!r}: not a version nbformat reads (3 or 4)"
+    try:  # a malformed notebook raises whatever nbformat's converter meets: any of it is a reason
+        nbformat.validate(nbformat.reads(raw.decode("utf-8"), as_version=4))
+    except Exception as e:  # noqa: BLE001
+        return _line(f"{path.name}: {type(e).__name__}: {e}")
+    return ""
+
+
+def clear(folder: Path) -> list[str]:
+    """Remove from folder (not following links) every entry that is not a regular file or a
+    folder, and every file kind() refuses: [one line per entry removed]."""
+    removed = []
+    if not folder.is_dir() or folder.is_symlink():
+        return removed
+    for top, dirs, files in os.walk(folder):  # os.walk lists a link to a folder in dirs, unfollowed
+        for name in [*dirs, *files]:
+            p = Path(top) / name
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if why := kind(st):
+                p.unlink()
+                removed.append(f"{p.relative_to(folder)} ({why})")
+        dirs[:] = [d for d in dirs if (Path(top) / d).is_dir() and not (Path(top) / d).is_symlink()]
+    return removed
+
+
+def _line(s: str) -> str:
+    return " ".join(s.split())[:200]

@@ -1,0 +1,124 @@
+"""The grading sandbox's file system is a list (tutorial.sandbox.allowed): a kernel started in it
+sees exactly the planned mounts and nothing else of the host, runs as nobody where the grader is
+root, and what it writes never reaches the folders nbgrader reads back. Checked on the property
+itself: the kernel's whole mount table and every file of its root, not a list of paths tried."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from bildlib.notebook.tutorial import sandbox
+
+PROBE = r"""
+import json, os, stat
+mounts = [ln.split()[4] for ln in open("/proc/self/mountinfo")]
+loose = []  # what the root's own tmpfs holds besides folders and links: nothing but passwd and group
+for top, dirs, files in os.walk("/"):
+    dirs[:] = [d for d in dirs if os.path.join(top, d) not in mounts]
+    loose += [os.path.join(top, f) for f in files if os.path.join(top, f) not in mounts]
+def writable(p):
+    try:
+        with open(os.path.join(p, ".probe"), "w"):
+            pass
+        return True
+    except OSError:
+        return False
+print(json.dumps({"mounts": mounts, "loose": sorted(loose), "uid": os.getuid(), "gid": os.getgid(),
+                  "groups": os.getgroups(), "cwd": os.getcwd(), "here": sorted(os.listdir(".")),
+                  "writable": {p: writable(p) for p in mounts if os.path.isdir(p)},
+                  "env": sorted(os.environ)}))
+"""
+
+
+def _run_in_sandbox(tmp_path: Path, work: Path, code: str, env: dict | None = None) -> dict:
+    sandbox.kernelspec(tmp_path / "jupyter")
+    old = {k: os.environ.get(k) for k in ["JUPYTER_PATH", *(env or {})]}
+    os.environ |= {"JUPYTER_PATH": str(tmp_path / "jupyter")} | (env or {})
+    try:
+        km, kc = start_new_kernel(kernel_name=sandbox.NAME, cwd=str(work), startup_timeout=120)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    try:
+        out, msg_id = [], kc.execute(code)
+        while True:
+            m = kc.get_iopub_msg(timeout=120)
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            if m["msg_type"] == "stream":
+                out.append(m["content"]["text"])
+            if m["msg_type"] == "error":
+                raise AssertionError("\n".join(m["content"]["traceback"]))
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                return json.loads("".join(out))
+    finally:
+        km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory, multi30k_dir):
+    if why := sandbox.available():
+        pytest.skip(f"no sandbox starts here: {why}")
+    tmp = tmp_path_factory.mktemp("sandbox")
+    work, outside = tmp / "course" / "autograded" / "alice", tmp / "outside.txt"
+    work.mkdir(parents=True)
+    outside.write_text("the grader's")
+    (work / "tutorial.ipynb").write_text("{}")
+    (work / "link.ipynb").symlink_to(outside)  # what a submission left: none of it is copied in
+    os.mkfifo(work / "fifo")
+    secret = {"BILD_VERDICT": "bild-verdict-x", "AWS_SECRET_ACCESS_KEY": "k", "HF_TOKEN": "t"}
+    got = _run_in_sandbox(tmp, work, PROBE, secret | {sandbox.COURSE: str(tmp / "course")})
+    return got, tmp, work, outside
+
+
+def test_the_kernel_sees_only_what_the_plan_lists(probed):
+    got, tmp, work, _ = probed
+    cwd = Path.cwd()
+    os.chdir(work)
+    try:
+        plan = sandbox.allowed()  # as the kernel's init saw it: from its working folder
+    finally:
+        os.chdir(cwd)
+    etc = {f"/etc/{n}" for n in sandbox.ETC if Path("/etc", n).exists()}
+    dev = {f"/dev/{n}" for n in sandbox.DEVICES if Path("/dev", n).exists()}
+    expected = {"/", "/proc", "/dev", *dev, *etc, *map(str, plan["bind"] + plan["scratch"] + plan["build"]),
+                str(work)} | {f"/{n}" for n in ("bin", "lib", "lib64", "sbin") if Path("/", n).is_dir()
+                              and not Path("/", n).is_symlink()}  # fmt: skip
+    assert set(got["mounts"]) == expected and len(got["mounts"]) == len(expected)
+    assert got["loose"] == ["/etc/group", "/etc/passwd"]  # the root itself holds no host file
+    repo = Path(sandbox.__file__).parents[3]
+    for hidden in (tmp / "course", tmp / "outside.txt", Path.home(), repo / ".git", repo / "tests"):
+        assert not any(hidden.is_relative_to(p) for p in plan["bind"]), hidden  # the host's, bound
+    assert all(str(p) not in got["writable"] or not got["writable"][str(p)] for p in plan["bind"])
+    assert got["writable"][str(work)] and got["writable"]["/tmp"]
+    assert not got["writable"]["/"] and not got["writable"]["/usr"]
+
+
+def test_the_kernel_is_nobody_where_the_grader_is_root(probed):
+    got = probed[0]
+    if os.geteuid() == 0:
+        assert (got["uid"], got["gid"], got["groups"]) == (sandbox.NOBODY, sandbox.NOBODY, [])
+    else:  # a user namespace: root inside, the grader's own uid outside
+        assert got["uid"] == 0
+    assert "AWS_SECRET_ACCESS_KEY" not in got["env"] and "HF_TOKEN" not in got["env"]
+    assert "BILD_VERDICT" in got["env"]  # the grader's socket: the one thing it is told
+
+
+def test_what_the_kernel_writes_stays_in_the_box(probed):
+    got, tmp, work, outside = probed
+    assert got["here"] == ["tutorial.ipynb"]  # a private copy of the regular files: no link, no FIFO
+    assert sorted(p.name for p in work.iterdir()) == ["fifo", "link.ipynb", "tutorial.ipynb"]  # no .probe
+    assert outside.read_text() == "the grader's" and stat.S_ISFIFO(os.lstat(work / "fifo").st_mode)
+
+
+def test_a_course_folder_the_kernel_would_see_is_refused(monkeypatch):
+    root = Path(sandbox.__file__).parents[3]
+    monkeypatch.setenv(sandbox.COURSE, str(root / "notebooks" / "course"))  # inside a bound folder
+    with pytest.raises(SystemExit, match="course folder .*notebooks/course lies in .*notebooks, which a"):
+        sandbox._refuse_overlap(sandbox.allowed())
+    monkeypatch.setenv(sandbox.COURSE, str(root / "build" / "course"))  # make course's default: unseen
+    sandbox._refuse_overlap(sandbox.allowed())
