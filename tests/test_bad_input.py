@@ -3,6 +3,7 @@ report over damaged CSVs and checks files, a manifest that is not one, a source 
 model, and one model passed as both halves of a pair."""
 
 import json
+import os
 import shutil
 
 import pandas as pd
@@ -13,6 +14,7 @@ from bildlib.analysis.tables import ReportError
 from bildlib.data import artifacts
 from bildlib.reports import readme
 from conftest import REPO
+
 
 @pytest.fixture(scope="module")
 def shipped_pair():
@@ -111,3 +113,45 @@ def test_one_model_as_both_halves_says_so(shipped_pair):
     for decode in (D.bild, D.speculative_sampling):
         with pytest.raises(ValueError, match=r"small and large are the same model \(.*small-aligned\)"):
             decode(small, small, [5, 6, 7])
+
+
+def test_a_damaged_shipped_checkpoint_stops_its_load_naming_the_file(tmp_path, monkeypatch):
+    """4,096 random bytes written into the middle of a shipped model's weights (a copy, with its
+    sums): the load names the file and `git checkout`; the intact copy loads; a retrain's record
+    makes the sums follow."""
+    from bildlib.data import shipped
+    from bildlib.models import load_model
+
+    top = tmp_path / "checkpoints"
+    shutil.copytree(REPO / "data" / "checkpoints" / "multi30k-small-aligned", top / "multi30k-small-aligned")
+    lines = [ln for ln in shipped.SUMS.read_text().splitlines() if "  multi30k-small-aligned/" in ln]
+    (top / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(shipped, "SUMS", top / "SHA256SUMS")
+    monkeypatch.setattr(shipped, "_checked", set())
+    folder = top / "multi30k-small-aligned"
+    load_model(folder)  # intact: loads, and is checked once
+    assert folder.resolve() in shipped._checked
+    w = folder / "model.safetensors"
+    with open(w, "r+b") as f:
+        f.seek(w.stat().st_size // 2)
+        f.write(os.urandom(4096))
+    shipped._checked.clear()
+    with pytest.raises(ValueError, match=r"model.safetensors differs from its sum in SHA256SUMS .*`git "
+                                         r"checkout -- .*small-aligned/model.safetensors` restores"):
+        load_model(folder)
+    shipped.record(folder)  # what training does after it writes the folder
+    load_model(folder)
+    (folder / "config.json").unlink()
+    shipped._checked.clear()
+    with pytest.raises(ValueError, match="config.json is missing in SHA256SUMS"):
+        load_model(folder)
+
+
+def test_the_shipped_checkpoints_match_their_sums():
+    from bildlib.data import shipped
+
+    listed = shipped.read()
+    folders = {rel.split("/")[0] for rel in listed}
+    assert folders == {"multi30k-large", "multi30k-small", "multi30k-small-aligned", "multi30k-tokenizer"}
+    for folder in folders:
+        shipped.verify(shipped.SUMS.parent / folder, shipped.SUMS)

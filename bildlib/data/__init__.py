@@ -1,7 +1,8 @@
 """Evaluation and training data: one interface for translation and summarization splits.
 
 Submodules: splits (Task, Split, errors), hub (the paper's hub datasets), tokenizer (Multi30k's), artifacts
-(built folders sealed with their files' hashes and verified before reuse).
+(built folders sealed with their files' hashes and verified before reuse), shipped (the shipped
+checkpoints' SHA-256 sums, checked at their first load).
 
 A `Split` is a list of (source, reference) pairs plus the `Task` it belongs to.
 

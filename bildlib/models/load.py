@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 from transformers.utils import logging as hf_logging
 
 from bildlib import REPO_ROOT, data, where
+from bildlib.data import shipped
 from bildlib.models.lean_common import column_major
 
 
@@ -140,6 +141,7 @@ def _unavailable(path: str, e: Exception) -> Exception:
 
 def load_tokenizer(name: str | Path):
     path = locate(name)
+    shipped.verify(path)  # a shipped folder's files against data/checkpoints/SHA256SUMS, once
     try:
         return AutoTokenizer.from_pretrained(path, **_hub_kwargs(path))
     except (OSError, ValueError) as e:

@@ -20,7 +20,7 @@ from transformers.optimization import Adafactor, get_linear_schedule_with_warmup
 from bildlib import data
 from bildlib.analysis import metrics
 from bildlib.analysis.evaluate import machine, translate
-from bildlib.data import artifacts
+from bildlib.data import artifacts, shipped
 from bildlib.models import check_vocab, load_tokenizer, locate, resolve_device
 from bildlib.models.pet import PetConfig, PetT5
 from bildlib.train import causal, distill, topk, warmup
@@ -269,6 +269,7 @@ def train(cfg: TrainConfig, progress: bool = True, command: str | None = None) -
         log["wall_s"] = round(sum(r["wall_s"] for r in log["epochs"]), 1)
         _atomic_write(out / "train_log.json", json.dumps(log, indent=1) + "\n")
         artifacts.seal(out, besides=CARD)  # what a later run reuses (verified)
+        shipped.record(out)  # a shipped folder retrained: its sums follow (data.shipped)
         state = {
             "config": dataclasses.asdict(cfg),
             "model": model.state_dict(),
