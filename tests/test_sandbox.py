@@ -12,6 +12,7 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 from bildlib.notebook.tutorial import sandbox
+from conftest import REPO
 
 PROBE = r"""
 import json, os, stat
@@ -90,7 +91,7 @@ def test_the_kernel_sees_only_what_the_plan_lists(probed):
                               and not Path("/", n).is_symlink()}  # fmt: skip
     assert set(got["mounts"]) == expected and len(got["mounts"]) == len(expected)
     assert got["loose"] == ["/etc/group", "/etc/passwd"]  # the root itself holds no host file
-    repo = Path(sandbox.__file__).parents[3]
+    repo = REPO
     for hidden in (tmp / "course", tmp / "outside.txt", Path.home(), repo / ".git", repo / "tests"):
         assert not any(hidden.is_relative_to(p) for p in plan["bind"]), hidden  # the host's, bound
     assert all(str(p) not in got["writable"] or not got["writable"][str(p)] for p in plan["bind"])
@@ -116,7 +117,7 @@ def test_what_the_kernel_writes_stays_in_the_box(probed):
 
 
 def test_a_course_folder_the_kernel_would_see_is_refused(monkeypatch):
-    root = Path(sandbox.__file__).parents[3]
+    root = REPO
     monkeypatch.setenv(sandbox.COURSE, str(root / "notebooks" / "course"))  # inside a bound folder
     with pytest.raises(SystemExit, match="course folder .*notebooks/course lies in .*notebooks, which a"):
         sandbox._refuse_overlap(sandbox.allowed())

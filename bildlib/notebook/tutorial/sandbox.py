@@ -110,13 +110,14 @@ def allowed() -> dict[str, list[Path]]:
     """What the kernel's root holds: {"bind": host folders bound read-only at their own paths,
     "scratch" and "build": empty writable tmpfs, "work": [the working folder, copied in]}. The system's
     programs and libraries, the Python environment, the package, the data and the handouts."""
-    root = Path(__file__).resolve().parents[3]
+    from bildlib import REPO_ROOT as root  # the checkout (or $BILD_HOME): its data and handouts
     python = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
               Path(sys.executable).resolve().parents[1]}  # fmt: skip
     data = [root / "data", root.parent / "shared" / "data"]
     if os.environ.get("BILD_DATA_DIR"):
         data.append(Path(os.environ["BILD_DATA_DIR"]))
-    bind = {Path("/usr"), *python, root / "bildlib", root / "kernels", root / "notebooks", *data,
+    package = Path(__file__).resolve().parents[2]  # bildlib/, wherever it is installed
+    bind = {Path("/usr"), *python, package, root / "kernels", root / "notebooks", *data,
             Path("/sys/devices/system/cpu"), Path("/sys/devices/system/node")}  # fmt: skip
     bind = {p.resolve() for p in bind if p.is_dir()}
     bind = sorted(p for p in bind if not any(p != q and p.is_relative_to(q) for q in bind))  # outermost
