@@ -102,8 +102,9 @@ def kernelspec(folder: Path) -> Path:
 
 def outer(connection_file: str, extra: list[str]) -> None:
     """As the kernel manager starts it: the same module again, as init of new namespaces."""
+    mode = "--inner-nobody" if _root_grader() else "--inner"  # inside, both are uid 0: say which it is
     os.execvp("unshare", ["unshare", *_namespaces(), "--kill-child", "--mount-proc", sys.executable, "-m",
-                          MODULE, "--inner", connection_file, *extra])  # fmt: skip
+                          MODULE, mode, connection_file, *extra])  # fmt: skip
 
 
 def allowed() -> dict[str, list[Path]]:
@@ -129,12 +130,12 @@ def allowed() -> dict[str, list[Path]]:
     }
 
 
-def inner(connection_file: str, extra: list[str]) -> int:
+def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
     """Init of the sandbox: build the root (allowed()), move into it, start the kernel without
     capabilities (and as nobody where the grader is root), pass it the signals the kernel
     manager sends, reap, and end with it (which ends every process in the namespace)."""
     conn = Path(connection_file).read_text()
-    plan, uid = allowed(), NOBODY if _root_grader() else 0
+    plan, uid = allowed(), NOBODY if nobody else None  # None: the user namespace's own uid, kept
     _refuse_overlap(plan)
     _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(ROOT))
     _dev()
@@ -161,14 +162,14 @@ def inner(connection_file: str, extra: list[str]) -> int:
     os.chdir("/")
     _run("umount", "-l", "/.old")  # the host's tree leaves the namespace
     os.rmdir("/.old")
-    _run("mount", "-o", "remount,ro", "/")
+    _run("mount", "-o", "remount,bind,ro", "/")
     kf = Path("/tmp/kernel.json")
     kf.write_text(conn)
-    os.chown(kf, uid, uid)
+    _own(kf, uid)
     env = {k: v for k, v in os.environ.items() if k in ENV or k.startswith(ENV_PREFIXES)}
     env |= {"HOME": "/tmp/home", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl",
                         "XDG_CACHE_HOME": "/tmp/cache", "TMPDIR": "/tmp", "JPY_PARENT_PID": "1"}  # fmt: skip
-    who = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid else []
+    who = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
     argv = ["setpriv", *who, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
             sys.executable, "-m", "ipykernel_launcher", "-f", str(kf), *extra]  # fmt: skip
     child = subprocess.Popen(argv, env=env, cwd=work, process_group=0)  # signals reach it through init only
@@ -242,7 +243,7 @@ def _dev() -> None:
         (dev / name).symlink_to(target)
 
 
-def _copy_regular(src: Path, dest: Path, uid: int) -> None:
+def _copy_regular(src: Path, dest: Path, uid: int | None) -> None:
     """The working folder's regular files and folders (no link, FIFO or device), owned by uid."""
     n = size = 0
     for top, dirs, files in os.walk(src):  # does not follow links to folders
@@ -250,14 +251,19 @@ def _copy_regular(src: Path, dest: Path, uid: int) -> None:
         for d in dirs:
             if not os.path.islink(os.path.join(top, d)):
                 (dest / rel / d).mkdir(exist_ok=True)
-                os.chown(dest / rel / d, uid, uid)
+                _own(dest / rel / d, uid)
         for f in files:
             st = os.lstat(os.path.join(top, f))
             n, size = n + 1, size + st.st_size
             if stat.S_ISREG(st.st_mode) and n <= WORK_FILES and size <= WORK_BYTES:
                 shutil.copyfile(os.path.join(top, f), dest / rel / f, follow_symlinks=False)
-                os.chown(dest / rel / f, uid, uid)
-    os.chown(dest, uid, uid)
+                _own(dest / rel / f, uid)
+    _own(dest, uid)
+
+
+def _own(path: Path, uid: int | None) -> None:
+    if uid is not None:
+        os.chown(path, uid, uid)
 
 
 def _run(*argv: str) -> None:
@@ -273,8 +279,8 @@ def _mount(*args: str) -> None:
 def main(argv: list[str]) -> int:
     """CONNECTION_FILE [kernel arguments...] (a kernelspec's argv, and the kernel manager's extra
     arguments, such as nbgrader's --HistoryManager.hist_file=:memory:)."""
-    if argv[:1] == ["--inner"] and len(argv) >= 2:
-        return inner(argv[1], argv[2:])
+    if argv[:1] in (["--inner"], ["--inner-nobody"]) and len(argv) >= 2:
+        return inner(argv[1], argv[2:], nobody=argv[0] == "--inner-nobody")
     if not argv or argv[0].startswith("-"):
         raise SystemExit(f"usage: python -m {MODULE} CONNECTION_FILE [KERNEL ARGS...]")
     outer(argv[0], argv[1:])
