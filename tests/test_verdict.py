@@ -62,12 +62,12 @@ def test_a_frame_that_is_not_the_protocol_ends_the_conversation():
 
 def test_malformed_hellos_are_refused_and_the_next_one_is_served():
     """Frames that parse but are not the protocol (nested past the parser's stack, an exercise
-    that is a bool, a string, out of range, a list): each connection is closed, unchecked, and the
-    server goes on to check the next hidden test."""
+    that is a bool, a string, out of range, a list): each is refused with the reason, unchecked,
+    and the server goes on to check the next hidden test."""
     deep = b'{"op": "hello", "exercise": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     frames = [deep] + [json.dumps({"op": "hello", "exercise": e}).encode()
                        for e in (True, "1", 0, 99, [1], None, 1.0)]  # fmt: skip
-    srv = verdict.Server(lambda n, fn: check_fallback(fn), timeout=30)
+    srv, whys = verdict.Server(lambda n, fn: check_fallback(fn), timeout=30), []
     try:
         for frame in frames:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -75,8 +75,11 @@ def test_malformed_hellos_are_refused_and_the_next_one_is_served():
             s.connect("\0" + srv.name)
             with s:
                 s.sendall(struct.pack(">I", len(frame)) + frame)
-                assert s.recv(1) == b"", frame[:40]  # closed, no call
+                said = wire.recv(s)
+                assert said["op"] == "refused" and s.recv(1) == b"", (frame[:40], said)  # no call, closed
+                whys.append(said["message"])
         assert srv.results == {} and srv.thread.is_alive()
+        assert whys[:2] == ["a message nested too deep", "no exercise 'True': the exercises are 1 to 5"]
         verdict.serve(1, lambda logits, a: bool(logits.softmax(-1).max() < a), srv.name)
     finally:
         srv.close()
@@ -150,7 +153,7 @@ def test_a_hidden_test_that_stops_answering_scores_nothing():
                 break
             time.sleep(0.05)
         assert not srv.results[1].passed and "stopped answering" in srv.results[1].message
-        with pytest.raises(wire.Gone):  # a second try is not checked: the socket just closes
+        with pytest.raises(AssertionError, match="refused this hidden test: exercise 1 was graded already"):
             verdict.serve(1, lambda logits, a: bool(logits.softmax(-1).max() < a), srv.name)
     finally:
         srv.close()

@@ -127,8 +127,8 @@ class Server:
             with conn:  # closed whatever _one did: the kernel's hidden test then fails, saying so
                 try:
                     self._one(conn)
-                except Exception:  # noqa: BLE001 - a frame no check foresaw: refused, the next one served
-                    pass
+                except Exception as e:  # noqa: BLE001 - a frame no check foresaw: refused, the next one served
+                    _refuse(conn, f"the grader could not read the request ({type(e).__name__})")
 
     def _one(self, conn: socket.socket) -> None:
         from bildlib.notebook.tutorial.checks import EXERCISES, Result
@@ -136,10 +136,12 @@ class Server:
         conn.settimeout(self.timeout)
         try:
             n = recv(conn).get("exercise")
-        except Gone:
-            return
-        if type(n) is not int or not 1 <= n <= len(EXERCISES) or n in self.results:  # bool is an int
-            return
+        except Gone as e:
+            return _refuse(conn, str(e))
+        if type(n) is not int or not 1 <= n <= len(EXERCISES):  # bool is an int
+            return _refuse(conn, f"no exercise {str(n)[:40]!r}: the exercises are 1 to {len(EXERCISES)}")
+        if n in self.results:
+            return _refuse(conn, f"exercise {n} was graded already")
         name = next(k for k in EXERCISES if k.startswith(f"{n} "))
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the checks print PASS/FAIL for notebooks
@@ -155,6 +157,12 @@ class Server:
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self.thread.join(5)
+
+
+def _refuse(conn: socket.socket, why: str) -> None:
+    """Tell the hidden test why it is not checked (it fails, saying so); a closed socket: nothing."""
+    with contextlib.suppress(Gone):
+        send(conn, {"op": "refused", "message": why})
 
 
 # --- the kernel's side ---------------------------------------------------------------------------
@@ -224,6 +232,8 @@ def serve(n: int, fn, address: str | None = None) -> None:
                 print(f"{'PASS' if msg.get('passed') else 'FAIL'}  (graded) {msg.get('message')}")
                 assert msg.get("passed"), msg.get("message")
                 return
+            if msg["op"] == "refused":
+                raise AssertionError(f"the grader refused this hidden test: {msg.get('message')}")
             if msg["op"] != "call":
                 raise Gone(f"an unexpected {msg['op']!r}")
             try:
