@@ -19,6 +19,8 @@ NOT_NOTEBOOKS = {
     "a minor of 1e400": ('{"nbformat": 4, "nbformat_minor": 1e400, "cells": [], "metadata": {}}',
                          "has nbformat 4.inf"),
     "cells null": ('{"nbformat": 4, "nbformat_minor": 5, "cells": null, "metadata": {}}', ""),
+    "cells [5]": ('{"nbformat": 4, "nbformat_minor": 5, "cells": [5], "metadata": {}}', ""),
+    "nbformat [4]": ('{"nbformat": [4], "nbformat_minor": 5, "cells": []}', "has nbformat [4].5"),
     "cut off": ('{"cells": [', "is not notebook JSON: JSONDecodeError"),
     "nested 100,000 deep": ('{"cells": ' + "[" * 100_000 + "]" * 100_000 + "}", "is not notebook JSON"),
     "not UTF-8": (b"\xff\xfe{}", "UnicodeDecodeError"),
