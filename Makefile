@@ -233,8 +233,8 @@ exactness: $(STAMP)
 # first CPUS_N val sentences in both dtypes (rows in figures/exactness/exactness.csv, ISA "AVX2,
 # emulated"). Each CPU model in turn: an AMD EPYC Milan (family 25 model 1: MKL and OpenBLAS pick
 # their AMD paths) and an Intel Haswell. It only emulates downward: QEMU 7.2's TCG has no AVX512 or
-# AMX. On this project's AMD EPYC (family 25 model 17) the tests took 21 min under the Haswell model,
-# the exactness runs about 20 min per CPU model, about 85 min in all (docs/engines.md, *Row invariance*).
+# AMX. On this project's AMD EPYC (family 25 model 17, 2 CPUs) the tests took 21 min under the Haswell
+# model and the two exactness runs about 20 min per model: about 80 min in all, undisturbed (docs/engines.md).
 CPUS ?= EPYC-Milan Haswell
 CPUS_N ?= 100
 CPUS_TESTS ?= tests/test_wholecall.py tests/test_rowinv.py tests/test_kernels_rowinv.py tests/test_engine.py
