@@ -129,6 +129,9 @@ def load_pair(
     return s, lg
 
 
+MAX_SOURCE = 4096  # tokens: an encoder-decoder's longest source (max_source)
+
+
 def max_source(config) -> int:
     """The most source (or prompt) tokens a model takes: a decoder-only model's positions, less
     one for the first new token; else MAX_SOURCE (T5's relative positions set no limit, but a
@@ -169,9 +172,6 @@ def check_source(source_ids, vocab: int, limit: int | None = None, model: str = 
         bad = lo if lo < 0 else hi
         raise ValueError(f"source_ids must lie in [0, {vocab}) (the tokenizer's vocabulary), got {bad}")
     return x
-
-
-MAX_SOURCE = 4096  # tokens: an encoder-decoder's longest source (max_source)
 
 
 def check_pair(s: LM, lg: LM) -> None:

@@ -189,9 +189,9 @@ def _block(name: str, root: Path) -> str:
     before, tables.READ = tables.READ, []
     try:
         return BLOCKS[name](root).rstrip()
+    except ReportError:
+        raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
-        if isinstance(e, ReportError):
-            raise
         files = ", ".join(dict.fromkeys(tables.READ)) or "no file"
         raise ReportError(f"block {name!r} (from {files}): {type(e).__name__}: {e}; a file holds a value "
                           "of the wrong kind, or lacks one: rerun what writes it") from e  # fmt: skip

@@ -200,9 +200,14 @@ def _refuse_overlap(plan: dict) -> None:
 
 
 def _bind(host: Path) -> None:
-    """host, read-only, at its own path in the new root (folders above it: empty, 0755)."""
+    """host (a folder or a file), read-only, at its own path in the new root (folders above it:
+    empty, 0755)."""
     dest = ROOT / host.relative_to("/")
-    dest.mkdir(parents=True, exist_ok=True)
+    if host.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.touch()
+    else:
+        dest.mkdir(parents=True, exist_ok=True)
     _mount("--bind", str(host), str(dest))
     _mount("-o", "remount,bind,ro", str(dest))
 
@@ -220,12 +225,8 @@ def _etc() -> None:
     etc.mkdir()
     for name in ETC:
         host = Path("/etc") / name
-        if host.is_dir() and not host.is_symlink():
+        if host.is_dir() and not host.is_symlink() or host.is_file():
             _bind(host)
-        elif host.is_file():
-            (etc / name).touch()
-            _mount("--bind", str(host), str(etc / name))
-            _mount("-o", "remount,bind,ro", str(etc / name))
     users = f"root:x:0:0::/tmp/home:/bin/sh\nnobody:x:{NOBODY}:{NOBODY}::/tmp/home:/bin/sh\n"
     (etc / "passwd").write_text(users)
     (etc / "group").write_text(f"root:x:0:\nnogroup:x:{NOBODY}:\n")
