@@ -11,6 +11,17 @@ import pytest
 # `import triton`. bildlib only sends CUDA tensors to Triton, so this changes nothing else.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# make test runs the files in several processes (pytest-xdist). Each gets its share of the CPUs
+# as torch threads, set before every test (a test that wants another count sets its own), and
+# OpenMP threads that wait asleep, not spinning: with more threads than CPUs (a test at 2 threads
+# beside another process), spinning ones kept a test that takes 6 s alone running for minutes.
+# The wait policy is set here, before this process or a subprocess of it loads OpenMP.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+CPU_SHARE = max(1, len(os.sched_getaffinity(0)) // WORKERS)
+OPENMP_LOADED_FIRST = "torch" in sys.modules  # then the wait policy came too late (tests/test_workers.py)
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 REPO = Path(__file__).resolve().parent.parent
 # Seconds a cell of a notebook the tests run may take (papermill's execution_timeout): a hang fails
 # in minutes with the cell named, not at CI's limit; the slowest tiny cell takes well under a minute.
@@ -229,3 +240,14 @@ def env(mirror, tmp_path, monkeypatch):
     task = data.Task("iwslt2017", "translation", "de", "en")
     monkeypatch.setattr(data, "load", lambda name, split="val", n=None: data.Split(task, split, pairs[:n]))
     return tmp_path / "results"
+
+
+@pytest.fixture(autouse=True)
+def _cpu_share():
+    """Each test starts at this process's share of torch threads (above), whatever the test
+    before it left (a sweep keeps the count it was given)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        import torch
+
+        torch.set_num_threads(CPU_SHARE)
+    yield
