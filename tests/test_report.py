@@ -26,6 +26,7 @@ def test_editing_a_csv_makes_the_check_fail(tmp_path):
     (tmp_path / "data" / "checkpoints").mkdir(parents=True)
     shutil.copy(REPO / "data" / "checkpoints" / "pair.json", tmp_path / "data" / "checkpoints")
     shutil.copytree(REPO / "data" / "checkpoints" / "cards", tmp_path / "data" / "checkpoints" / "cards")
+    shutil.copytree(REPO / "data" / "paper", tmp_path / "data" / "paper")  # the claims block's paper side
     shutil.copy(REPO / "README.md", tmp_path)  # the release line lists README's blocks (readme.off_release)
     shutil.copytree(REPO / "docs", tmp_path / "docs")  # and the docs' blocks from other code states
     assert report.check(tmp_path, REPO) == {}
@@ -33,7 +34,8 @@ def test_editing_a_csv_makes_the_check_fail(tmp_path):
     t = pd.read_csv(f)
     t.loc[t["speedup"].notna() & (t["model"] != "Vanilla (large)"), "speedup"] += 0.01
     t.to_csv(f, index=False)
-    assert report.check(tmp_path, REPO) == {"README.md": ["headline"], "docs/results.md": ["headline-point"]}
+    assert report.check(tmp_path, REPO) == {"README.md": ["claims", "headline"],
+                                            "docs/results.md": ["headline-point"]}  # fmt: skip
     (tmp_path / "figures" / "fig5_best.csv").unlink()
     with pytest.raises(FileNotFoundError, match="fig5_best.csv"):
         report.render(README, tmp_path)
@@ -110,6 +112,7 @@ def tree(tmp_path):
     shutil.copytree(REPO / "figures", tmp_path / "figures")
     shutil.copytree(REPO / "data" / "checkpoints" / "cards", tmp_path / "data" / "checkpoints" / "cards")
     shutil.copy(REPO / "data" / "checkpoints" / "pair.json", tmp_path / "data" / "checkpoints")
+    shutil.copytree(REPO / "data" / "paper", tmp_path / "data" / "paper")
     for f in report.FILES:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / f, tmp_path / f)

@@ -78,6 +78,12 @@ def _exactness():
     return exactness
 
 
+def _claims():
+    from bildlib.reports import claims  # the paper's claims beside the committed runs
+
+    return claims
+
+
 def _batchbench():
     from bildlib.reports import batch  # it imports torch: only when asked
 
@@ -106,13 +112,13 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
     "students-mixed": lambda r: _smallmodels().block(r, "figures/small_models/mixed"),
     "pet": lambda r: _petstudy().block(r),
-    "quantized": lambda r: _quantbench().block(r, every=False),  # README
     "quantized-all": lambda r: _quantbench().block(r),  # docs/quantization.md
     "int8-products": lambda r: _quantbench().products_block(r),
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
     "gpu-static": lambda r: _gpu().static_block(r),
     "exactness": lambda r: _exactness().block(r),  # docs/engines.md
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
+    "claims": lambda r: _claims().block(r),  # README
 }  # fmt: skip
 
 
