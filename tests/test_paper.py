@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bildlib import data, notebook
+from bildlib.analysis import reported
 from bildlib.experiments import presets
 from bildlib.experiments.paper import dryrun, fixtures, shapes
 from conftest import REPO, run_together
@@ -51,6 +52,11 @@ def test_dryrun_runs_each_family_in_process(tmp_path):
     assert len(t) == 3 and (t["error"] == "").all(), t.to_string()
     checks = json.loads((tmp_path / "figures" / mt5 / "fig4-hf" / "fig4_checks.json").read_text())
     assert checks["engine"] == "hf" and checks["code"] == notebook.code_state()
+    # its Table 1 beside the paper's: every paper row kept, each number the one reported.csv holds
+    side = pd.read_csv(tmp_path / "figures" / mt5 / "fig4-hf" / "table1_paper.csv")
+    paper = reported.rows(mt5, "Table 1")
+    assert len(side) == 2 * len(paper) and set(side["match"]) <= {"matched", "none qualifies", "not run"}
+    assert list(side["paper_score"]) == pytest.approx(list(paper["score"]) * 2)
 
 
 @pytest.mark.e2e

@@ -1,0 +1,69 @@
+"""The paper's numbers beside a paper preset's Table 1 (bildlib.analysis.reported): every paper row
+kept and matched by model, regime and rule, its numbers read from data/paper/reported.csv."""
+
+import pandas as pd
+import pytest
+
+from bildlib.analysis import reported
+from conftest import REPO
+
+
+def _ours():
+    """A summary_table-shaped run: vanilla, unaligned in every regime, aligned with no no-loss pick."""
+    rows = []
+    for rule in ("point", "interval"):
+        rows.append({"rule": rule, "model": "Vanilla (large)", "regime": "", "score": 40.0, "speedup": 1.0})
+        for regime, sc, sp in (("no loss", 40.1, 1.5), ("≤ 0.5 point", 39.8, 1.6), ("≤ 1 point", 38.9, 1.8)):
+            rows.append(
+                {"rule": rule, "model": "BiLD (unaligned)", "regime": regime, "score": sc, "speedup": sp}
+            )
+        rows.append(
+            {"rule": rule, "model": "BiLD (aligned)", "regime": "no loss", "score": None, "speedup": None}
+        )
+    t = pd.DataFrame(rows)
+    for c in ("score", "speedup"):
+        t[f"{c}_lo"], t[f"{c}_hi"] = t[c] - 0.2, t[c] + 0.2
+    return t
+
+
+def test_each_paper_row_beside_ours_under_both_rules():
+    paper = pd.read_csv(REPO / "data" / "paper" / "reported.csv")
+    mine = paper[(paper["table"] == "Table 1") & (paper["dataset"] == "iwslt2017-de-en")]
+    side = reported.table1(_ours(), "iwslt2017-mt5")
+    assert len(side) == 2 * len(mine)  # no paper row dropped, under each rule
+    assert list(side["paper_score"]) == list(mine["score"]) * 2  # read, in the file's order
+    got = side.set_index(["rule", "paper_row", "paper_regime"])
+    u = got.loc[("interval", "bild-unaligned", "minimal loss")]
+    want = mine[(mine["row"] == "bild-unaligned") & (mine["regime"] == "minimal loss")].iloc[0]
+    assert u["match"] == "matched" and u["regime"] == "no loss" and u["score"] == 40.1
+    assert u["delta_vs_paper"] == pytest.approx(40.1 - want["score"])
+    assert u["within_tolerance"] == (abs(40.1 - want["score"]) <= 1)
+    assert u["paper_speedup_in_interval"] == (1.3 <= want["speedup"] <= 1.7)
+    assert got.loc[("point", "bild-unaligned", "within 1 point"), "score"] == 38.9
+    assert got.loc[("point", "bild-aligned", "minimal loss"), "match"] == "none qualifies"
+    assert got.loc[("point", "bild-aligned", "within 1 point"), "match"] == "not run"
+    v = got.loc[("point", "vanilla", "")]
+    assert v["match"] == "matched" and v["score"] == 40.0 and pd.isna(v["paper_speedup"])
+    md = reported.markdown(side)
+    assert md.count("\n") == len(side) + 1 and f"{want['score']:.2f}" in md and "none qualifies" in md
+
+
+def test_a_changed_paper_number_is_what_shows(tmp_path):
+    (tmp_path / "data" / "paper").mkdir(parents=True)
+    p = pd.read_csv(REPO / "data" / "paper" / "reported.csv")
+    p.loc[(p["table"] == "Table 1") & (p["dataset"] == "xsum") & (p["row"] == "vanilla"), "score"] = 12.34
+    p.to_csv(tmp_path / "data" / "paper" / "reported.csv", index=False)
+    side = reported.table1(_ours(), "xsum-t5", root=tmp_path)
+    assert (side.loc[side["paper_row"] == "vanilla", "paper_score"] == 12.34).all()
+
+
+def test_what_the_paper_covers_and_bad_input():
+    assert reported.covers("cnndm-t5", "Table 1") and reported.covers("xsum-t5", "Table 5")
+    assert not reported.covers("wikitext2-gpt2", "Table 1") and reported.covers("wikitext2-gpt2", "Table 2")
+    assert not reported.covers("multi30k", "Table 1")
+    with pytest.raises(ValueError, match="preset 'multi30k' is not one of the paper's"):
+        reported.rows("multi30k", "Table 1")
+    with pytest.raises(ValueError, match=r"ours lacks the columns \['score_hi', 'score_lo'"):
+        reported.table1(_ours().drop(columns=["score_lo", "score_hi"]), "xsum-t5")
+    with pytest.raises(FileNotFoundError, match="data/paper/reported.csv"):
+        reported.rows("xsum-t5", "Table 1", root=REPO / "no-such-folder")
