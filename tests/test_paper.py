@@ -45,11 +45,13 @@ def test_every_paper_checkpoint_has_a_shape():
 
 def test_dryrun_runs_each_family_in_process(tmp_path):
     """make test's fast path of the covering run below: one preset of each family through a
-    notebook (mT5 on HF's forward, T5 through fig5's grid, GPT-2 through table2_lm)."""
+    notebook (mT5 on HF's forward, T5 through fig5's grid, GPT-2 through table2_lm), and the
+    paper's rows beside Tables 1, 3, 4 and 5 of a run."""
     mt5, t5 = (next(p for p in dryrun.PAPER if p.endswith(f)) for f in ("-mt5", "-t5"))
-    plan = [(mt5, "fig4", "hf"), (t5, "fig5"), (dryrun.LM_PAPER[0], "table2_lm")]
+    plan = [(mt5, "fig4", "hf"), (t5, "fig5"), (dryrun.LM_PAPER[0], "table2_lm"), (t5, "table3"),
+            (mt5, "table5")]  # fmt: skip
     t = dryrun.run(tmp_path, plan=plan)
-    assert len(t) == 3 and (t["error"] == "").all(), t.to_string()
+    assert len(t) == 5 and (t["error"] == "").all(), t.to_string()
     checks = json.loads((tmp_path / "figures" / mt5 / "fig4-hf" / "fig4_checks.json").read_text())
     assert checks["engine"] == "hf" and checks["code"] == notebook.code_state()
     # its Table 1 beside the paper's: every paper row kept, each number the one reported.csv holds
@@ -57,6 +59,11 @@ def test_dryrun_runs_each_family_in_process(tmp_path):
     paper = reported.rows(mt5, "Table 1")
     assert len(side) == 2 * len(paper) and set(side["match"]) <= {"matched", "none qualifies", "not run"}
     assert list(side["paper_score"]) == pytest.approx(list(paper["score"]) * 2)
+    for preset, nb, table in [(t5, "table3", "Table 3"), (t5, "table3", "Table 4"),
+                              (mt5, "table5", "Table 5")]:  # fmt: skip
+        side = pd.read_csv(tmp_path / "figures" / preset / nb / f"table{table[-1]}_paper.csv")
+        paper = reported.rows(preset, table)
+        assert set(side["paper_score"]) == set(paper["score"]) and len(side) % len(paper) == 0, (table, side)
 
 
 @pytest.mark.e2e

@@ -67,3 +67,27 @@ def test_what_the_paper_covers_and_bad_input():
         reported.table1(_ours().drop(columns=["score_lo", "score_hi"]), "xsum-t5")
     with pytest.raises(FileNotFoundError, match="data/paper/reported.csv"):
         reported.rows("xsum-t5", "Table 1", root=REPO / "no-such-folder")
+
+
+@pytest.mark.parametrize(
+    ("table", "csv"), [("Table 3", "table3"), ("Table 4", "table4"), ("Table 5", "table5")]
+)
+def test_tables_3_to_5_beside_the_paper(table, csv):
+    """The committed Multi30k tables as if a paper preset's run: each paper row once per mode, the
+    paper's numbers as reported.csv has them, ours as the table has them."""
+    ours = pd.read_csv(REPO / "figures" / f"{csv}.csv")
+    side = reported.beside(ours, "xsum-t5", table)
+    paper = reported.rows("xsum-t5", table)
+    modes = list(dict.fromkeys(ours["mode"])) if "mode" in ours else [""]
+    assert len(side) == len(paper) * len(modes) and (side["match"] == "matched").all(), side
+    assert list(side["paper_score"]) == list(paper["score"]) * len(modes)
+    key, score = ("row", "score_mean") if table == "Table 5" else ("method", "score")
+    for _, r in side.iterrows():
+        mine = ours[(ours[key] == r["ours"]) & ((ours["mode"] == r["mode"]) if r["mode"] else True)].iloc[0]
+        assert r["score"] == mine[score] and r["delta_vs_paper"] == pytest.approx(
+            mine[score] - r["paper_score"]
+        )
+    md = reported.beside_markdown(side)
+    assert md.count("\n") == len(side) + 1 and all(f"{x:.2f}" in md for x in paper["score"])
+    with pytest.raises(ValueError, match="lacks the column"):
+        reported.beside(ours.drop(columns=[key]), "xsum-t5", table)

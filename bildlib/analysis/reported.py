@@ -146,3 +146,100 @@ def markdown(side: pd.DataFrame) -> str:
             "| " + " | ".join([r["rule"], what, r["regime"], f"{r['paper_score']:.2f}", *cells]) + " |"
         )
     return "\n".join(lines)
+
+
+# Tables 3-5: the paper's (row, regime) -> this run's row, by the column that names it
+SPEC = {
+    "Table 3": (
+        "method",
+        {
+            ("vanilla", ""): "Vanilla (large)",
+            ("speculative-sampling", ""): "Speculative (best window)",
+            ("bild-unaligned", "match latency"): "BiLD (match latency)",
+            ("bild-unaligned", "match score"): "BiLD (match score)",
+        },
+    ),  # fmt: skip
+    "Table 4": (
+        "method",
+        {
+            ("speculative-sampling", ""): "Speculative (best window)",
+            ("bild-unaligned", "better score"): "BiLD (no loss)",
+        },
+    ),  # fmt: skip
+    "Table 5": (
+        "row",
+        {
+            ("vanilla-nucleus", ""): "Vanilla (large)",
+            ("bild-aligned-nucleus", "better score"): "BiLD (better score)",
+            ("bild-aligned-nucleus", "about the same"): "BiLD (about the same)",
+            ("bild-aligned-nucleus", "within 1 point"): "BiLD (≈ 1 point lower)",
+        },
+    ),  # fmt: skip
+}
+
+
+def _col(t: pd.DataFrame, name: str) -> str:
+    return name if name in t else f"{name}_mean"  # Table 5's rows are means over seeds
+
+
+def beside(ours: pd.DataFrame, preset: str, table: str, root: Path = REPO_ROOT) -> pd.DataFrame:
+    """The paper's rows of Table 3, 4 or 5 for preset beside this run's (the notebook's table), per
+    decoding mode where the table has several (Tables 3 and 4: greedy and sampled)."""
+    if table not in SPEC:
+        raise ValueError(f"table must be one of {sorted(SPEC)}, got {table!r}")
+    key, match = SPEC[table]
+    if key not in ours:
+        raise ValueError(f"ours lacks the column {key!r} that names {table}'s rows")
+    score, speedup = _col(ours, "score"), _col(ours, "speedup")
+    modes = list(dict.fromkeys(ours["mode"])) if "mode" in ours else [""]
+    out = []
+    for mode in modes:
+        mine = ours[ours["mode"] == mode] if mode else ours
+        for _, r in rows(preset, table, root).iterrows():
+            regime = r["regime"] if isinstance(r["regime"], str) else ""
+            name = match.get((r["row"], regime))
+            row = {"mode": mode, "paper_row": r["row"], "paper_regime": regime, "ours": name or "",
+                   "paper_score": r["score"], "paper_speedup": r["speedup"]}  # fmt: skip
+            if table == "Table 4":
+                row |= {"paper_fallback_pct": r["fallback_pct"], "paper_rollback_pct": r["rollback_pct"]}
+            m = mine[mine[key] == name] if name else mine.iloc[:0]
+            if m.empty or pd.isna(m.iloc[0][score]):
+                out.append(row | {"match": "not run" if m.empty else "none qualifies"})
+                continue
+            m = m.iloc[0]
+            delta = m[score] - r["score"]
+            row |= {"match": "matched", "score": m[score], "delta_vs_paper": delta,
+                    "within_tolerance": bool(abs(delta) <= TOLERANCE), "speedup": m[speedup]}  # fmt: skip
+            for c in ("score_lo", "score_hi", "speedup_lo", "speedup_hi", "score_std", "speedup_std"):
+                row[c] = m.get(c)
+            if table == "Table 4":
+                row |= {"fallback_pct": m["fallback_pct"], "rollback_pct": m["rollback_pct"]}
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _spread(r, c: str, unit: str = "") -> str:
+    if pd.notna(r.get(f"{c}_lo")):
+        return f"{r[c]:.2f}{unit} [{r[f'{c}_lo']:.2f}, {r[f'{c}_hi']:.2f}]"
+    if pd.notna(r.get(f"{c}_std")):
+        return f"{r[c]:.2f}{unit} ± {r[f'{c}_std']:.2f}"
+    return f"{r[c]:.2f}{unit}"
+
+
+def beside_markdown(side: pd.DataFrame) -> str:
+    """beside()'s table: ours with its 95 % interval (greedy) or ± std over seeds (sampled)."""
+    head = ["mode", "paper row", "ours", "paper score", "ours", "Δ vs paper", f"within {TOLERANCE:g}",
+            "paper speedup", "ours"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in side.iterrows():
+        ps = "–" if pd.isna(r["paper_speedup"]) else f"{r['paper_speedup']:.2f}×"
+        what = f"{r['paper_row']} ({r['paper_regime']})" if r["paper_regime"] else r["paper_row"]
+        if r["match"] == "matched":
+            yes = "yes" if r["within_tolerance"] else "no"
+            cells = [_spread(r, "score"), f"{r['delta_vs_paper']:+.2f}", yes, ps, _spread(r, "speedup", "×")]
+        else:
+            cells = [r["match"], "", "", ps, ""]
+        lines.append(
+            "| " + " | ".join([r["mode"], what, r["ours"], f"{r['paper_score']:.2f}", *cells]) + " |"
+        )
+    return "\n".join(lines)
