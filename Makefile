@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness test-cpus cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun reproduce tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness test-cpus cards clean-venv
 
 setup: $(STAMP)
 
@@ -70,6 +70,7 @@ test-e2e: $(STAMP)
 # Playwright), Run All Cells and Save; screenshots in build/lab/. CI runs it after make test.
 test-lab: $(STAMP)
 	$(BIN)/python tests/lab_check.py
+	$(BIN)/python tests/report_check.py
 
 # Notebooks run with papermill; executed copies go to build/notebooks (git-ignored). Only these
 # targets write figures/, and only with the notebooks' default parameters (TO_FIGURES); a notebook run
@@ -147,6 +148,17 @@ grade: $(STAMP)
 # into build/dryrun/ (dryrun.csv lists every run; tests/test_paper.py runs its covering subset, --covering).
 paper-dryrun: $(STAMP)
 	$(BIN)/python -m bildlib.experiments.paper.dryrun
+
+# The paper's tables on its checkpoints, with its numbers beside them (docs/paper-checkpoints.md): the
+# plan first, then fig4, table3 and table5 per preset (table2_lm for GPT-2), resumable, into
+# build/reproduction/ with report.md and report.html. PRESETS: empty, every paper preset; N: 0, all of
+# validation; DRY=1: offline, on the dry run's random models.
+PRESETS ?=
+DEVICE ?= auto
+N ?= 0
+reproduce: $(STAMP)
+	$(BIN)/python -m bildlib.experiments.paper.reproduce --device $(DEVICE) --n $(N) \
+	  $(if $(PRESETS),--presets $(PRESETS)) $(if $(DRY),--dry)
 
 # One release: every committed figure and table from one code state, in the default dtype, then
 # make report. It refuses uncommitted changes to bildlib/, kernels/ or notebooks/ (each checks file

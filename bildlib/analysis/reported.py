@@ -112,6 +112,16 @@ def table1(ours: pd.DataFrame, preset: str, root: Path = REPO_ROOT) -> pd.DataFr
     return pd.DataFrame(out)
 
 
+TEXT = ("rule", "mode", "paper_row", "paper_regime", "regime", "ours", "match")
+
+
+def read(path: Path) -> pd.DataFrame:
+    """A table1_paper.csv (or table3-5's) as table1() / beside() returned it: text columns that
+    were empty read back as "", not NaN."""
+    t = pd.read_csv(path)
+    return t.fillna({c: "" for c in TEXT if c in t})
+
+
 def markdown(side: pd.DataFrame) -> str:
     """The table as the notebook shows it: paper, ours [95 %], Δ; paper speedup, ours [95 %]."""
     head = [

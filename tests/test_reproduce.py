@@ -1,0 +1,99 @@
+"""make reproduce (bildlib.experiments.paper.reproduce, .report): its fast dry path end to end on
+random models (make test; tests/report_check.py opens the report in Chromium), resuming, a failed
+notebook's paper rows marked missing, the refusal offline, and its whole path through papermill
+(make test-e2e)."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from bildlib.analysis import reported
+from bildlib.experiments.paper import report, reproduce
+from conftest import REPO, run_python
+
+
+def _names(preset, table):
+    return [f"{r['row']} ({r['regime']})" if isinstance(r["regime"], str) else r["row"]
+            for _, r in reported.rows(preset, table).iterrows()]  # fmt: skip
+
+
+def test_fast_dry_run_reports_every_paper_row_and_resumes(tmp_path, capsys):
+    args = ["--dry", "--fast", "--device", "cpu", "--root", str(tmp_path), "--presets", "xsum-t5"]
+    assert reproduce.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan for preset xsum-t5 on cpu:") and "report: " in out
+    runs = pd.read_csv(tmp_path / "runs.csv", keep_default_na=False)
+    assert list(runs["notebook"]) == ["fig4", "table3", "table5"] and (runs["error"] == "").all()
+    md = (tmp_path / "report.md").read_text()
+    assert "**Dry run**" in md and "3 of 3 notebooks finished." in md
+    for table in ("Table 1", "Table 3", "Table 4", "Table 5"):
+        assert f"**{table}**, the paper's rows beside this run's" in md
+        side = reported.read(tmp_path / "xsum-t5" / report.NOTEBOOK_OF[table] / f"table{table[-1]}_paper.csv")
+        paper = reported.rows("xsum-t5", table)
+        assert set(side["paper_score"]) == set(paper["score"])  # every paper row, read from the file
+        assert all(f"{x:.2f}" in md for x in paper["score"])
+        assert set(side["match"]) <= {"matched", "none qualifies", "not run"}
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == md.count("![") > 0  # figures inline: self-contained
+    # again: every notebook finished, so none runs
+    assert reproduce.main(args) == 0
+    assert capsys.readouterr().out.count("finished before, kept") == 3
+    assert pd.read_csv(tmp_path / "runs.csv", keep_default_na=False).equals(runs)
+
+
+def test_a_notebook_that_failed_marks_its_paper_rows_missing(tmp_path):
+    runs = pd.DataFrame([{"preset": "xsum-t5", "notebook": "table5", "n": 2, "device": "cpu", "seconds": 1.0,
+                          "error": "RuntimeError: CUDA out of memory"}])  # fmt: skip
+    md, html = report.write_report(tmp_path, ["xsum-t5"], runs)
+    text = md.read_text()
+    assert (
+        "0 of 1 notebooks finished. Not finished: xsum-t5 / table5: RuntimeError: CUDA out of memory" in text
+    )
+    assert "Table 5: missing (RuntimeError: CUDA out of memory); the paper's rows: " + ", ".join(
+        _names("xsum-t5", "Table 5")) in text  # fmt: skip
+    assert "<table>" not in html.read_text()
+
+
+def test_offline_it_refuses_naming_what_is_missing(tmp_path):
+    """A fresh interpreter (the hub's offline switch is read at import), no cache, no mirror."""
+    proc = run_python(
+        "from pathlib import Path\nfrom bildlib.experiments.paper import reproduce\n"
+        f"try:\n    reproduce.run(Path({str(tmp_path / 'r')!r}), ['xsum-t5'], 'cpu', 2)\n"
+        "except SystemExit as e:\n    print(e)\n",
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "BILD_MODELS": "", "BILD_HUB_DATA": ""},
+    )
+    msg = proc.stdout
+    assert msg.startswith("make reproduce cannot run: it needs\n  xsum-t5: "), msg
+    for name in ("kssteven/T5-small-xsum", "kssteven/T5-small-xsum-bild-aligned", "kssteven/T5-large-xsum",
+                 "dataset xsum"):  # fmt: skip
+        assert name in msg, msg
+    assert "HF_HUB_OFFLINE=1" in msg and not (tmp_path / "r" / "runs.csv").exists()
+
+
+def test_bad_arguments_are_named(capsys):
+    for args, what in ((["--fast"], "--fast is the dry run's fast path"), (["--n", "-1"], "--n must be 0")):
+        with pytest.raises(SystemExit):
+            reproduce.main(args)
+        assert what in capsys.readouterr().err
+    assert reproduce.main(["--plan", "--presets", "cnndm-t5", "--device", "cuda", "--n", "50"]) == 0
+    assert "plan for preset cnndm-t5 on cuda" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+def test_make_reproduce_dry_through_papermill(tmp_path):
+    """The whole path as a reviewer runs it (each notebook a papermill kernel, the paper's grids),
+    on the dry run's random models: one preset of each kind."""
+    cmd = [sys.executable, "-m", "bildlib.experiments.paper.reproduce", "--dry", "--device", "cpu",
+           "--root", str(tmp_path), "--presets", "xsum-t5", "wikitext2-gpt2"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    md = (tmp_path / "report.md").read_text()
+    assert "4 of 4 notebooks finished." in md
+    assert all(
+        f"{x:.2f}" in md
+        for t in ("Table 1", "Table 3", "Table 5")
+        for x in reported.rows("xsum-t5", t)["score"]
+    )
