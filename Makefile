@@ -57,7 +57,7 @@ lint: $(STAMP)
 # make test-e2e runs those (the paper presets' covering dry run, full-depth mT5-large and T5-large steps).
 # It runs the files side by side on the machine's CPUs (pytest-xdist: at most 4 processes, each
 # file whole in one of them, so a module's fixtures are built once); tests/conftest.py gives each
-# process its share of the CPUs as torch threads. 2 CPUs: 863 tests in about 10 min, against 15
+# process its share of the CPUs as torch threads. 2 CPUs: 866 tests in about 9 min, against 15
 # one at a time (AMD EPYC, 2026-12-02). TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n > 4 ? 4 : n )))
 test: lint
@@ -152,13 +152,13 @@ paper-dryrun: $(STAMP)
 # The paper's tables on its checkpoints, with its numbers beside them (docs/paper-checkpoints.md): the
 # plan first, then fig4, table3 and table5 per preset (table2_lm for GPT-2), resumable, into
 # build/reproduction/ with report.md and report.html. PRESETS: empty, every paper preset; N: 0, all of
-# validation; DRY=1: offline, on the dry run's random models.
+# validation; DRY=1: offline, on the dry run's random models (FAST=1: with its small grids).
 PRESETS ?=
 DEVICE ?= auto
 N ?= 0
 reproduce: $(STAMP)
 	$(BIN)/python -m bildlib.experiments.paper.reproduce --device $(DEVICE) --n $(N) \
-	  $(if $(PRESETS),--presets $(PRESETS)) $(if $(DRY),--dry)
+	  $(if $(PRESETS),--presets $(PRESETS)) $(if $(DRY),--dry) $(if $(FAST),--fast)
 
 # One release: every committed figure and table from one code state, in the default dtype, then
 # make report. It refuses uncommitted changes to bildlib/, kernels/ or notebooks/ (each checks file

@@ -27,7 +27,9 @@ def main() -> int:
     from bildlib.experiments.paper import report, reproduce
 
     shutil.rmtree(OUT, ignore_errors=True)
-    rc = reproduce.main(["--dry", "--fast", "--device", "cpu", "--root", str(OUT), "--presets", *PRESETS])
+    rc = reproduce.main(
+        ["--dry", "--fast", "--in-process", "--device", "cpu", "--root", str(OUT), "--presets", *PRESETS]
+    )
     problems = (
         [] if rc == 0 else [f"make reproduce's fast dry run exited {rc}: {(OUT / 'runs.csv').read_text()}"]
     )

@@ -20,7 +20,17 @@ def _names(preset, table):
 
 
 def test_fast_dry_run_reports_every_paper_row_and_resumes(tmp_path, capsys):
-    args = ["--dry", "--fast", "--device", "cpu", "--root", str(tmp_path), "--presets", "xsum-t5"]
+    args = [
+        "--dry",
+        "--fast",
+        "--in-process",
+        "--device",
+        "cpu",
+        "--root",
+        str(tmp_path),
+        "--presets",
+        "xsum-t5",
+    ]
     assert reproduce.main(args) == 0
     out = capsys.readouterr().out
     assert out.startswith("plan for preset xsum-t5 on cpu:") and "report: " in out
@@ -74,7 +84,10 @@ def test_offline_it_refuses_naming_what_is_missing(tmp_path):
 
 
 def test_bad_arguments_are_named(capsys):
-    for args, what in ((["--fast"], "--fast is the dry run's fast path"), (["--n", "-1"], "--n must be 0")):
+    for args, what in (
+        (["--fast"], "--fast and --in-process are the dry run's fast paths"),
+        (["--n", "-1"], "--n must be 0"),
+    ):
         with pytest.raises(SystemExit):
             reproduce.main(args)
         assert what in capsys.readouterr().err
@@ -84,9 +97,10 @@ def test_bad_arguments_are_named(capsys):
 
 @pytest.mark.e2e
 def test_make_reproduce_dry_through_papermill(tmp_path):
-    """The whole path as a reviewer runs it (each notebook a papermill kernel, the paper's grids),
-    on the dry run's random models: one preset of each kind."""
-    cmd = [sys.executable, "-m", "bildlib.experiments.paper.reproduce", "--dry", "--device", "cpu",
+    """The whole path as a reviewer runs it, each notebook a papermill kernel, on the dry run's
+    random models and small grids (the paper's grids take about 10 min for table3 alone on 2 CPUs,
+    the random models writing every token they may): one preset of each kind."""
+    cmd = [sys.executable, "-m", "bildlib.experiments.paper.reproduce", "--dry", "--fast", "--device", "cpu",
            "--root", str(tmp_path), "--presets", "xsum-t5", "wikitext2-gpt2"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -161,24 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=0, help="examples per configuration; 0: all of validation")
     ap.add_argument("--root", type=Path, default=REPO_ROOT / "build" / "reproduction")
     ap.add_argument("--dry", action="store_true", help="offline, on random models of the checkpoints' shapes")
-    ap.add_argument(
-        "--fast",
-        action="store_true",
-        help="with --dry: the dry run's small grids, the notebooks in this process (make test's path)",
-    )
+    ap.add_argument("--fast", action="store_true", help="with --dry: the dry run's small grids (test-e2e)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="with --dry: the notebooks' cells in this process, outputs capped (make test)")
     ap.add_argument("--plan", action="store_true", help="print the plan and stop")
     a = ap.parse_args(argv)
     if a.n < 0:
         ap.error(f"--n must be 0 (all of validation) or more, got {a.n}")
+    if (a.fast or a.in_process) and not a.dry:
+        ap.error("--fast and --in-process are the dry run's fast paths: give --dry with them")
+    if a.dry and not a.n:
+        a.n = 2
     print(plan_text(a.presets, "cuda" if a.device == "auto" else a.device, a.n or None), flush=True)
     if a.plan:
         return 0
-    if a.fast and not a.dry:
-        ap.error("--fast is the dry run's fast path: give --dry with it")
-    if a.dry and not a.n:
-        a.n = 2
     fast = {nb: dryrun.NOTEBOOKS[nb] for nb in NOTEBOOKS} if a.fast else None
-    runs = run(a.root, a.presets, a.device, a.n or None, a.dry, overrides=fast, in_process=a.fast)
+    runs = run(a.root, a.presets, a.device, a.n or None, a.dry, overrides=fast, in_process=a.in_process)
     md, html = write_report(a.root, a.presets, runs, dry=a.dry)
     print(f"report: {md}\n        {html}")
     return 1 if (runs["error"] != "").any() else 0
