@@ -1,4 +1,4 @@
-"""README's claims block (bildlib.reports.claims, .verdicts): each verdict follows its stated rule, recomputed
+"""README's claims block (bildlib.analysis.claims, .verdicts): each verdict follows its rule, recomputed
 here from the committed CSV; a changed committed number moves it; every paper number shown comes
 from data/paper/reported.csv; bad files are named."""
 
@@ -9,8 +9,8 @@ import shutil
 import pandas as pd
 import pytest
 
+from bildlib.analysis import claims, verdicts
 from bildlib.analysis.tables import ReportError
-from bildlib.reports import claims, verdicts
 from bildlib.reports import readme as report
 from conftest import REPO
 
@@ -49,7 +49,8 @@ def test_the_no_loss_verdict_recomputed_from_its_csv():
     t = t[t["rule"] == "interval"]
     van = t[t["model"] == "Vanilla (large)"].iloc[0]
     rows = t[t["model"].isin(["BiLD (unaligned)", "BiLD (aligned)"]) & (t["regime"] == "no loss")].dropna(
-        subset=["speedup"])
+        subset=["speedup"]
+    )
     if (rows["speedup_lo"] > van["speedup_hi"]).any():
         expected = "holds"
     elif (rows["speedup"] > van["speedup"]).any():
@@ -68,7 +69,7 @@ def test_a_changed_committed_number_moves_the_verdict(tree):
     f = tree / "figures" / "fig7_best.csv"
     t = pd.read_csv(f)
     ee, calm = t["curve"] == "early-exit BiLD", t["curve"] == "CALM"
-    assert (t.loc[ee, "speedup_lo"].min() > t.loc[calm, "speedup_hi"].max())  # as committed: holds
+    assert t.loc[ee, "speedup_lo"].min() > t.loc[calm, "speedup_hi"].max()  # as committed: holds
     assert _verdicts(tree)[name] == "holds"
     t.loc[calm, "speedup_hi"] = t.loc[ee, "speedup_hi"].max()  # the intervals overlap now
     t.to_csv(f, index=False)

@@ -45,6 +45,12 @@ def test_fast_dry_run_reports_every_paper_row_and_resumes(tmp_path, capsys):
         assert set(side["paper_score"]) == set(paper["score"])  # every paper row, read from the file
         assert all(f"{x:.2f}" in md for x in paper["score"])
         assert set(side["match"]) <= {"matched", "none qualifies", "not run"}
+    claims = md[md.index("### The paper's claims on this run") :]  # decided by README's rule, on this run
+    assert (
+        claims.count("| **") == 5
+        and "`xsum-t5/fig4/table1.csv`" in claims
+        and "`xsum-t5/table5/table5.csv`" in claims
+    )
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64,") == md.count("![") > 0  # figures inline: self-contained
     # again: every notebook finished, so none runs

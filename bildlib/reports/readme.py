@@ -79,7 +79,7 @@ def _exactness():
 
 
 def _claims():
-    from bildlib.reports import claims  # the paper's claims beside the committed runs
+    from bildlib.analysis import claims  # the paper's claims beside the committed runs
 
     return claims
 

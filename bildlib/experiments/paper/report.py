@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bildlib import data
-from bildlib.analysis import reported
+from bildlib import REPO_ROOT, data
+from bildlib.analysis import claims, reported, verdicts
+from bildlib.analysis.tables import ReportError
 from bildlib.experiments import presets
 
 # notebook -> the paper tables it makes beside the paper's (file stem, table)
@@ -46,6 +47,32 @@ def _missing(preset: str, table: str, why: str) -> str:
     return f"{table}: missing ({why}); the paper's rows: " + ", ".join(names) + "."
 
 
+# the paper's claims a run of make reproduce can decide: those resting on Tables 1, 3 and 5
+CLAIMS = (claims.no_loss, claims.within_one, claims.alignment, claims.speculative, claims.nucleus)
+
+
+def claims_section(root: Path, preset: str) -> list[str]:
+    """The paper's claims decided on this preset's run, by README's rule (analysis.verdicts.RULE),
+    beside the paper's numbers for the same dataset and model."""
+    dataset, model = reported.PRESETS[preset]
+    p = verdicts.paper_rows(REPO_ROOT)
+    p = p[(p["dataset"] == dataset) & (p["model"] == model)]
+    where = {nb: f"{preset}/{nb}" for nb in ("fig4", "table3", "table5")}
+    made, not_here = [], []
+    for f in CLAIMS:
+        try:
+            made.append(f(root, p, where))
+        except (
+            FileNotFoundError,
+            ReportError,
+        ) as e:  # a notebook that did not finish, a table the paper lacks
+            not_here.append(f"- {f.__name__.replace('_', ' ')}: not decided here ({e})")
+    lines = ["### The paper's claims on this run", ""]
+    if made:
+        lines += [verdicts.table(made), "", verdicts.RULE, ""]
+    return lines + not_here + ([""] if not_here else [])
+
+
 def preset_section(root: Path, preset: str, runs: pd.DataFrame) -> list[str]:
     p = presets.get(preset)
     lines = [f"## {preset}", "", f"{p.dataset}; small {p.small}, aligned {p.aligned}, large {p.large}.", ""]
@@ -70,7 +97,11 @@ def preset_section(root: Path, preset: str, runs: pd.DataFrame) -> list[str]:
             lines += [f"**{table}**, the paper's rows beside this run's:", "", md, ""]
         for png in sorted(out.glob("*.png")):
             lines += [f"![{png.stem}]({png.relative_to(root)})", ""]
-    return lines
+    return lines + (claims_section(root, preset) if preset in claims_presets() else [])
+
+
+def claims_presets() -> list[str]:
+    return [p for p in reported.PRESETS if p not in presets.DECODER_ONLY]
 
 
 def _each(root: Path, names: list[str], runs: pd.DataFrame, key: str) -> str:

@@ -1,4 +1,4 @@
-"""The verdicts of README's `claims` block (bildlib.reports.claims): RULE, the parts a claim is made
+"""The verdicts of README's `claims` block (bildlib.analysis.claims): RULE, the parts a claim is made
 of, and the paper's side of each row, read from data/paper/reported.csv.
 
 Each claim is one or more parts; a part compares two rows of a committed table, on the measured
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bildlib.analysis import REGIMES
-from bildlib.analysis.tables import ReportError, read_csv, valid
+from bildlib.analysis.tables import ReportError, md_table, read_csv, valid
 
 PAPER = "data/paper/reported.csv"
 HARDWARE = {"neurips2023": "T4", "arxiv2302.07863v1": "Titan Xp"}  # data/paper/README.md; batch 1
@@ -79,13 +79,17 @@ def paper_rows(root: Path) -> pd.DataFrame:
     return t
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("s" if n != 1 else "")
+
+
 def _span(xs: pd.Series, fmt: str, unit: str = "") -> str:
     lo, hi = xs.min(), xs.max()
     return f"{lo:{fmt}}{unit}" if lo == hi else f"{lo:{fmt}} to {hi:{fmt}}{unit}"
 
 
 def paper_says(p: pd.DataFrame, table: str, row: str, regime: str) -> str:
-    """"Table 1, bild-aligned, minimal loss: 1.47–1.85× at Δ −0.10…−0.02 (4 rows, T4)": the
+    """ "Table 1, bild-aligned, minimal loss: 1.47–1.85× at Δ −0.10…−0.02 (4 rows, T4)": the
     speedups and score differences to vanilla (the same table, dataset and model) the paper gives."""
     sel = p[(p["table"] == table) & (p["row"] == row) & (p["regime"] == regime)]
     if sel.empty:
@@ -95,7 +99,7 @@ def paper_says(p: pd.DataFrame, table: str, row: str, regime: str) -> str:
     delta = sel["score"].values - van.loc[keys, "score"].values
     hw = ", ".join(sorted({HARDWARE[s] for s in sel["source"]}))
     return (f"{table}, {row}, {regime}: {_span(sel['speedup'], '.2f', '×')} at Δ "
-            f"{_span(pd.Series(delta), '+.2f')} ({len(sel)} rows, {hw})")  # fmt: skip
+            f"{_span(pd.Series(delta), '+.2f')} ({_count(len(sel), 'row')}, {hw})")  # fmt: skip
 
 
 def paper_vs(p: pd.DataFrame, table: str, a: tuple[str, str], b: tuple[str, str]) -> str:
@@ -103,5 +107,28 @@ def paper_vs(p: pd.DataFrame, table: str, a: tuple[str, str], b: tuple[str, str]
     sel = p[p["table"] == table].set_index(["dataset", "row", "regime"])["speedup"]
     ds = dict.fromkeys(p.loc[(p["table"] == table) & (p["row"] == a[0]), "dataset"])
     pairs = [f"{sel[(d, *a)]:.2f}× vs {sel[(d, *b)]:.2f}×" for d in ds]
-    return f"{table}, {' '.join(a)} vs {' '.join(b)}: " + ", ".join(pairs) + f" ({len(pairs)} datasets)"
+    head = f"{table}, {' '.join(a)} vs {' '.join(b)}: "
+    return head + ", ".join(pairs) + f" ({_count(len(pairs), 'dataset')})"
 
+
+@dataclass(frozen=True)
+class Claim:
+    claim: str
+    paper: str  # the paper's evidence
+    parts: list[Part]
+    source: str  # the committed file the parts read
+    run: str  # where it ran: the checks file's machine and sample
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.parts)
+
+
+def table(made: list[Claim]) -> str:
+    """The claims as a Markdown table: claim, the paper's evidence, this run's, verdict, file."""
+    rows = []
+    for c in made:
+        here = "; ".join(f"{q.what} ({q.verdict})" for q in c.parts)
+        rows.append([c.claim, c.paper, f"{here}. *{c.run}*", f"**{c.verdict}**", f"`{c.source}`"])
+    head = ["the paper's claim", "the paper's evidence", "here [95 %]", "verdict", "from"]
+    return md_table(head, rows)
