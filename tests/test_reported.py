@@ -91,3 +91,26 @@ def test_tables_3_to_5_beside_the_paper(table, csv):
     assert md.count("\n") == len(side) + 1 and all(f"{x:.2f}" in md for x in paper["score"])
     with pytest.raises(ValueError, match="lacks the column"):
         reported.beside(ours.drop(columns=[key]), "xsum-t5", table)
+
+
+def test_table2_beside_the_paper():
+    """arXiv v1 Table 2 (GPT-2): vanilla large, and per group the fastest BiLD row within its
+    perplexity bar over vanilla large's (lower is better), the paper's numbers from the file."""
+    ours = pd.DataFrame(
+        [
+            {"row": "vanilla large", "fallback": None, "perplexity": 20.0, "gen_speedup": 1.0},
+            {"row": "BiLD", "fallback": 0.8, "perplexity": 20.1, "gen_speedup": 1.2},
+            {"row": "BiLD", "fallback": 0.6, "perplexity": 20.9, "gen_speedup": 1.5},
+            {"row": "BiLD", "fallback": 0.4, "perplexity": 23.0, "gen_speedup": 2.0},
+        ]
+    )
+    ours["gen_speedup_lo"], ours["gen_speedup_hi"] = ours["gen_speedup"] - 0.1, ours["gen_speedup"] + 0.1
+    side = reported.table2(ours, "wikitext2-gpt2").set_index("paper_regime")
+    paper = reported.rows("wikitext2-gpt2", "Table 2").fillna({"regime": ""}).set_index("regime")
+    assert list(side.index) == list(paper.index) and (side["paper_score"] == paper["score"]).all()
+    assert side.loc["", "ours"] == "vanilla large" and side.loc["", "score"] == 20.0
+    assert side.loc["group 1 (minimal loss)", "ours"] == "BiLD α_FB 0.8"  # within 0.2
+    assert side.loc["group 2 (about 1 point)", "ours"] == "BiLD α_FB 0.6"  # within 1, the faster
+    none = reported.table2(ours[ours["fallback"].isna() | (ours["perplexity"] > 22)], "wikitext2-gpt2")
+    assert set(none["match"]) == {"matched", "none qualifies"}
+    assert reported.beside_markdown(side.reset_index()).count("BiLD α_FB") == 2

@@ -117,3 +117,4 @@ def test_make_reproduce_dry_through_papermill(tmp_path):
         for t in ("Table 1", "Table 3", "Table 5")
         for x in reported.rows("xsum-t5", t)["score"]
     )
+    assert all(f"{x:.2f}" in md for x in reported.rows("wikitext2-gpt2", "Table 2")["score"])  # arXiv v1

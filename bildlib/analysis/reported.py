@@ -253,3 +253,40 @@ def beside_markdown(side: pd.DataFrame) -> str:
             "| " + " | ".join([r["mode"], what, r["ours"], f"{r['paper_score']:.2f}", *cells]) + " |"
         )
     return "\n".join(lines)
+
+
+# arXiv v1 Table 2 (GPT-2, perplexity: lower is better): the paper's groups, as the fastest BiLD row
+# whose perplexity is at most vanilla large's plus this many points
+TABLE2_GROUPS = {"group 1 (minimal loss)": 0.2, "group 2 (about 1 point)": 1.0}
+
+
+def table2(ours: pd.DataFrame, preset: str, root: Path = REPO_ROOT) -> pd.DataFrame:
+    """The paper's Table 2 rows for preset beside table2_lm's table (ours): vanilla large, and for
+    each of the paper's groups the fastest BiLD row (generation speedup) within its perplexity bar."""
+    need = {"row", "perplexity", "gen_speedup", "gen_speedup_lo", "gen_speedup_hi"}
+    if need - set(ours.columns):
+        raise ValueError(f"ours lacks the columns {sorted(need - set(ours.columns))} (table2_lm's table)")
+    van = ours[ours["row"] == "vanilla large"]
+    bild = ours[ours["row"] == "BiLD"]
+    out = []
+    for _, r in rows(preset, "Table 2", root).iterrows():
+        regime = r["regime"] if isinstance(r["regime"], str) else ""
+        row = {"mode": "", "paper_row": r["row"], "paper_regime": regime, "paper_score": r["score"],
+               "paper_speedup": r["speedup"]}  # fmt: skip
+        if van.empty:
+            out.append(row | {"ours": "", "match": "not run"})
+            continue
+        if not regime:
+            m, name = van.iloc[0], "vanilla large"
+        else:
+            ok = bild[bild["perplexity"] <= van.iloc[0]["perplexity"] + TABLE2_GROUPS[regime]]
+            if ok.empty:
+                out.append(row | {"ours": "", "match": "none qualifies"})
+                continue
+            m = ok.loc[ok["gen_speedup"].idxmax()]
+            name = f"BiLD α_FB {m['fallback']:g}"
+        delta = m["perplexity"] - r["score"]
+        out.append(row | {"ours": name, "match": "matched", "score": m["perplexity"], "delta_vs_paper": delta,
+                          "within_tolerance": bool(abs(delta) <= TOLERANCE), "speedup": m["gen_speedup"],
+                          "speedup_lo": m["gen_speedup_lo"], "speedup_hi": m["gen_speedup_hi"]})  # fmt: skip
+    return pd.DataFrame(out)

@@ -21,7 +21,7 @@ TABLES = {
     "fig4": [("table1_paper", "Table 1")],
     "table3": [("table3_paper", "Table 3"), ("table4_paper", "Table 4")],
     "table5": [("table5_paper", "Table 5")],
-    "table2_lm": [],
+    "table2_lm": [("table2_paper", "Table 2")],
 }
 NOTEBOOK_OF = {table: nb for nb, tables in TABLES.items() for _, table in tables}
 
