@@ -158,33 +158,19 @@ def markdown(side: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# Tables 3-5: the paper's (row, regime) -> this run's row, by the column that names it
+# Tables 3-5: (table, the paper's row, its regime) -> this run's row, named in the column KEY[table]
+KEY = {"Table 3": "method", "Table 4": "method", "Table 5": "row"}
 SPEC = {
-    "Table 3": (
-        "method",
-        {
-            ("vanilla", ""): "Vanilla (large)",
-            ("speculative-sampling", ""): "Speculative (best window)",
-            ("bild-unaligned", "match latency"): "BiLD (match latency)",
-            ("bild-unaligned", "match score"): "BiLD (match score)",
-        },
-    ),  # fmt: skip
-    "Table 4": (
-        "method",
-        {
-            ("speculative-sampling", ""): "Speculative (best window)",
-            ("bild-unaligned", "better score"): "BiLD (no loss)",
-        },
-    ),  # fmt: skip
-    "Table 5": (
-        "row",
-        {
-            ("vanilla-nucleus", ""): "Vanilla (large)",
-            ("bild-aligned-nucleus", "better score"): "BiLD (better score)",
-            ("bild-aligned-nucleus", "about the same"): "BiLD (about the same)",
-            ("bild-aligned-nucleus", "within 1 point"): "BiLD (≈ 1 point lower)",
-        },
-    ),  # fmt: skip
+    ("Table 3", "vanilla", ""): "Vanilla (large)",
+    ("Table 3", "speculative-sampling", ""): "Speculative (best window)",
+    ("Table 3", "bild-unaligned", "match latency"): "BiLD (match latency)",
+    ("Table 3", "bild-unaligned", "match score"): "BiLD (match score)",
+    ("Table 4", "speculative-sampling", ""): "Speculative (best window)",
+    ("Table 4", "bild-unaligned", "better score"): "BiLD (no loss)",
+    ("Table 5", "vanilla-nucleus", ""): "Vanilla (large)",
+    ("Table 5", "bild-aligned-nucleus", "better score"): "BiLD (better score)",
+    ("Table 5", "bild-aligned-nucleus", "about the same"): "BiLD (about the same)",
+    ("Table 5", "bild-aligned-nucleus", "within 1 point"): "BiLD (≈ 1 point lower)",
 }
 
 
@@ -195,9 +181,9 @@ def _col(t: pd.DataFrame, name: str) -> str:
 def beside(ours: pd.DataFrame, preset: str, table: str, root: Path = REPO_ROOT) -> pd.DataFrame:
     """The paper's rows of Table 3, 4 or 5 for preset beside this run's (the notebook's table), per
     decoding mode where the table has several (Tables 3 and 4: greedy and sampled)."""
-    if table not in SPEC:
-        raise ValueError(f"table must be one of {sorted(SPEC)}, got {table!r}")
-    key, match = SPEC[table]
+    if table not in KEY:
+        raise ValueError(f"table must be one of {sorted(KEY)}, got {table!r}")
+    key = KEY[table]
     if key not in ours:
         raise ValueError(f"ours lacks the column {key!r} that names {table}'s rows")
     score, speedup = _col(ours, "score"), _col(ours, "speedup")
@@ -207,7 +193,7 @@ def beside(ours: pd.DataFrame, preset: str, table: str, root: Path = REPO_ROOT) 
         mine = ours[ours["mode"] == mode] if mode else ours
         for _, r in rows(preset, table, root).iterrows():
             regime = r["regime"] if isinstance(r["regime"], str) else ""
-            name = match.get((r["row"], regime))
+            name = SPEC.get((table, r["row"], regime))
             row = {"mode": mode, "paper_row": r["row"], "paper_regime": regime, "ours": name or "",
                    "paper_score": r["score"], "paper_speedup": r["speedup"]}  # fmt: skip
             if table == "Table 4":
