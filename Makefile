@@ -153,11 +153,11 @@ paper-dryrun: $(STAMP)
 # plan first, then fig4, table3 and table5 per preset (table2_lm for GPT-2), resumable, into
 # build/reproduction/ with report.md and report.html. PRESETS: empty, every paper preset; N: 0, all of
 # validation; DRY=1: offline, on the dry run's random models (FAST=1: with its small grids).
+# DEVICE: the notebooks' device, auto where empty (DEVICE is also make figures', empty by default).
 PRESETS ?=
-DEVICE ?= auto
 N ?= 0
 reproduce: $(STAMP)
-	$(BIN)/python -m bildlib.experiments.paper.reproduce --device $(DEVICE) --n $(N) \
+	$(BIN)/python -m bildlib.experiments.paper.reproduce --device $(or $(DEVICE),auto) --n $(N) \
 	  $(if $(PRESETS),--presets $(PRESETS)) $(if $(DRY),--dry) $(if $(FAST),--fast)
 
 # One release: every committed figure and table from one code state, in the default dtype, then
@@ -167,9 +167,9 @@ reproduce: $(STAMP)
 # code state is not run again. That file gets each target's minutes on this machine and how many
 # results it computed (bildlib.reports.release; README's release line comes from it). The models it
 # needs: make models-lm, models-candidates, and models-ee (figures-ee, last: its models are not shipped).
-# make -n release: the loop's makes only print, and nothing is recorded. (No comment on DRY's own line:
-# the spaces before it would make DRY non-empty.)
-DRY = $(findstring n,$(firstword -$(MAKEFLAGS)))
+# make -n release: the loop's makes only print, and nothing is recorded (PRINT_ONLY; not make
+# reproduce's DRY). (No comment on PRINT_ONLY's own line: the spaces before it would make it non-empty.)
+PRINT_ONLY = $(findstring n,$(firstword -$(MAKEFLAGS)))
 REL = $(BIN)/python -m bildlib.reports.release
 RELEASE := figures headline bench figures-lm figures-lm-student small-models small-models-mixed pet \
   bench-batch tutorial figures-ee
@@ -179,7 +179,7 @@ release: $(STAMP)
 	@for t in $(RELEASE); do \
 	  if $(REL) done $$t; then echo "== $$t: recorded at this code state"; continue; fi; \
 	  s=$$(date +%s); n=$$($(REL) count); $(MAKE) --no-print-directory $$t || exit 1; \
-	  $(if $(DRY),:,$(REL) record $$t $$(( $$(date +%s) - s )) $$n) || exit 1; done
+	  $(if $(PRINT_ONLY),:,$(REL) record $$t $$(( $$(date +%s) - s )) $$n) || exit 1; done
 	$(MAKE) --no-print-directory report
 
 # README's result blocks from the committed CSVs and JSON (bildlib.reports.readme; a test checks them).

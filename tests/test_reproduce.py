@@ -118,3 +118,19 @@ def test_make_reproduce_dry_through_papermill(tmp_path):
         for x in reported.rows("xsum-t5", t)["score"]
     )
     assert all(f"{x:.2f}" in md for x in reported.rows("wikitext2-gpt2", "Table 2")["score"])  # arXiv v1
+
+
+def test_make_reproduce_passes_every_setting_as_the_module_takes_it():
+    """make reproduce's command line, printed by make -n: the Makefile's DEVICE is also make
+    figures' (empty by default), which once gave `--device` no value and stopped at argparse."""
+    def line(*args):
+        out = subprocess.run(["make", "-n", "--no-print-directory", "reproduce", *args], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+        cmd = out.replace("\\\n", " ").split("bildlib.experiments.paper.reproduce", 1)[1].split()
+        reproduce.parser().parse_args(cmd)  # argparse accepts it as the module would
+        return cmd
+
+    assert line("PRESETS=xsum-t5")[:4] == ["--device", "auto", "--n", "0"]
+    assert "--dry" not in line("PRESETS=xsum-t5")  # make -n's own n is not DRY
+    full = ["--device", "cuda", "--n", "50", "--dry", "--fast"]
+    assert line("DEVICE=cuda", "N=50", "DRY=1", "FAST=1") == full

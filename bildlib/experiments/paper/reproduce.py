@@ -29,6 +29,7 @@ from bildlib import REPO_ROOT, data
 from bildlib.experiments import presets
 from bildlib.experiments.paper import dryrun
 from bildlib.experiments.paper.report import write_report
+from bildlib.models.load import resolve_device
 
 ENC_DEC = dryrun.PAPER  # the mT5 and T5 presets
 PAPER_GRID = {"fallbacks": [], "rollbacks": []}  # empty: the preset's own grid, the paper's
@@ -152,7 +153,8 @@ def _execute(nb: str, params: dict, out: Path, in_process: bool) -> None:
                                execution_timeout=CELL_TIMEOUT)  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m bildlib.experiments.paper.reproduce` (make reproduce's)."""
     every = ENC_DEC + dryrun.LM_PAPER
     ap = argparse.ArgumentParser(prog="python -m bildlib.experiments.paper.reproduce",
                                  description=__doc__.splitlines()[0])  # fmt: skip
@@ -165,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true",
                     help="with --dry: the notebooks' cells in this process, outputs capped (make test)")
     ap.add_argument("--plan", action="store_true", help="print the plan and stop")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     if a.n < 0:
         ap.error(f"--n must be 0 (all of validation) or more, got {a.n}")
@@ -172,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--fast and --in-process are the dry run's fast paths: give --dry with them")
     if a.dry and not a.n:
         a.n = 2
-    print(plan_text(a.presets, "cuda" if a.device == "auto" else a.device, a.n or None), flush=True)
+    device = str(resolve_device("auto")) if a.device == "auto" else a.device  # auto: as the notebooks take it
+    print(plan_text(a.presets, device, a.n or None), flush=True)
     if a.plan:
         return 0
     fast = {nb: dryrun.NOTEBOOKS[nb] for nb in NOTEBOOKS} if a.fast else None
