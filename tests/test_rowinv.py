@@ -250,6 +250,73 @@ def test_causal_attention_refuses_a_kernel_that_sums_masked_keys_otherwise(monke
         assert torch.equal(got[:, j : j + 1], alone)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefix_attention_rows_equal_their_one_row_calls_and_attention(dtype):
+    """attend_prefix, the causal path invariant by construction: each row of a call of 1 to 37
+    tokens (past PREFIX_ROWS, in pieces) after 0, 5 and 23 cached keys has the bits of that row
+    alone over exactly its keys, with keys that show a summation order (lean_common._sharp_keys);
+    and it is attention: within float32 rounding of softmax(q k^T + bias) v, or, in bf16, as
+    close to the float32 result as the one-row bf16 path (_attend) is."""
+    from bildlib.models import lean_common as LC
+
+    g = torch.Generator().manual_seed(7)
+    H, dh = 3, 20
+    for pos in (0, 5, 23):
+        for kq in (1, 2, 3, 7, 11, 16, 17, 37):
+            n = pos + kq
+            q, k, v = (torch.randn(H, m, dh, generator=g) for m in (kq, n, n))
+            b = torch.randn(H, kq, n, generator=g)
+            if pos:
+                k, v, b = LC._sharp_keys(k, v, b, dtype)
+            b = b.masked_fill(torch.ones(kq, n, dtype=torch.bool).triu(pos + 1), torch.finfo(dtype).min)
+            q, k, v, b = (t.to(dtype) for t in (q, k, v, b))
+            got = LC.attend_prefix(q, k, v, b)
+            for j in range(kq):
+                m = pos + j + 1
+                alone = LC.attend_prefix(q[:, j : j + 1], k[:, :m], v[:, :m], b[:, j : j + 1, :m])
+                assert torch.equal(got[:, j : j + 1], alone), (pos, kq, j)
+            want = torch.softmax(q.float() @ k.float().transpose(1, 2) + b.float(), -1) @ v.float()
+            err = (got.float() - want).abs().max().item()
+            if dtype == torch.float32:  # sharp keys' values reach 2^16: rounding scales with them
+                assert err <= 1e-6 * max(1.0, v.abs().max().item()), (err, pos, kq)
+            else:
+                bf16 = LC.per_row(q, k, v, b).float()
+                assert err <= 2 * (bf16 - want).abs().max().item() + 1e-6, (err, pos, kq)
+
+
+def test_the_prefix_path_is_taken_where_allowed_and_refused_when_it_breaks(monkeypatch):
+    """With the one-call path broken (its result follows the key count, masked keys included),
+    attend_causal(prefix=True) takes "prefix" (as the T5 engine's self-attention calls it), and
+    attend_causal without it takes "per-row"; with the prefix path broken too, so does the first."""
+    from bildlib.models import lean_common as LC
+
+    real, real_prefix = LC._attend, LC.attend_prefix
+
+    def by_key_count(f):
+        return lambda q, k, v, bias: f(q, k, v, bias) * (1 + 1e-3 * (k.shape[1] % 3))
+
+    monkeypatch.setattr(LC, "_attend", by_key_count(real))
+    monkeypatch.setattr(LC, "_ATTEND", {})
+    monkeypatch.setattr(LC, "_CAUSAL", {})
+    H, dh, pos, kq = 2, 8, 5, 6
+    q, k, v = torch.randn(H, kq, dh), torch.randn(H, pos + kq, dh), torch.randn(H, pos + kq, dh)
+    bias = torch.zeros(H, kq, pos + kq).masked_fill(torch.ones(kq, pos + kq, dtype=torch.bool).triu(pos + 1),
+                                                    torch.finfo(torch.float32).min)  # fmt: skip
+    assert torch.equal(LC.attend_causal(q, k, v, bias, prefix=True), real_prefix(q, k, v, bias))
+    assert rowinv.CHOSEN[("attention", "float32", H, dh, "causal, prefix allowed")].path == "prefix"
+    LC.attend_causal(q, k, v, bias)
+    assert rowinv.CHOSEN[("attention", "float32", H, dh, "causal")].path == "per-row"
+    monkeypatch.setattr(LC, "attend_prefix", by_key_count(real_prefix))
+    monkeypatch.setattr(LC, "_CAUSAL", {})
+    monkeypatch.setattr(rowinv, "CHOSEN", {})
+    got = LC.attend_causal(q, k, v, bias, prefix=True)
+    assert rowinv.CHOSEN[("attention", "float32", H, dh, "causal, prefix allowed")].path == "per-row"
+    for j in range(kq):
+        n = pos + j + 1
+        alone = LC._attend(q[:, j : j + 1], k[:, :n], v[:, :n], bias[:, j : j + 1, :n])
+        assert torch.equal(got[:, j : j + 1], alone)
+
 def shipped_large(dtype: str):
     from bildlib.models import LM
 

@@ -82,22 +82,55 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     return f(q, k, v, bias)
 
 
-def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                  prefix: bool = False) -> torch.Tensor:
     """A decoder's self-attention for a call of k new tokens: q (H, k, dh) over the n cached keys
     and values (H, n, dh), the last k of them this call's, bias (H, k, n) causal (finfo.min past
     each row's position). A row's result must not depend on the keys masked after it: vanilla
     decoding gives the row exactly its keys, a k-token call gives it n keys, the later ones
     masked. On an Intel Xeon with AMX, bf16 attention over masked trailing keys summed otherwise
-    (lossless BiLD then differed from vanilla on val sentences: docs/engines.md). So the path is probed
-    (once per process, dtype, head shape and thread count; models.rowinv): "masked", the k rows
-    in one call (attend), or "per-row", row j alone over its own n - k + j + 1 keys, the very call
-    vanilla's one-token step makes there. Per-row, every call has one query row, so it runs
-    _attend as it is: attend's padding to more rows (float32 on the Intel Xeon) would only cost."""
-    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], rowinv.FIRST_ONLY, torch.get_num_threads())
+    (lossless BiLD then differed from vanilla on val sentences: docs/engines.md). So the path is
+    probed (once per process, dtype, head shape and thread count; models.rowinv), the first whose
+    rows in one call equal its own one-row calls over exactly their keys:
+    - "masked": the k rows in one call (attend);
+    - "prefix" (where the caller allows it: `prefix`): the k rows in one call with every sum over
+      keys taken in key order (attend_prefix), invariant by construction, at a call's cost;
+    - "per-row": row j alone over its own n - k + j + 1 keys, the very call vanilla's one-token
+      step makes there, at k calls' cost. Every call has one query row, so it runs _attend as it
+      is: attend's padding to more rows (float32 on the Intel Xeon) would only cost."""
+    key = (q.dtype, q.device.type, q.shape[0], q.shape[2], prefix, rowinv.FIRST_ONLY, torch.get_num_threads())
     f = _CAUSAL.get(key)
     if f is None:
         f = _CAUSAL[key] = _causal_path(key)
     return f(q, k, v, bias)
+
+
+PREFIX_ROWS = 16  # attend_prefix's rows per piece: its memory grows with rows x keys x dh
+
+
+def attend_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """attend_causal's rows in one call, each row's result the bits it has alone over exactly its
+    keys, by construction rather than by a kernel's luck: a score is a float32 sum over dh of exact
+    products (the (H, k, n, dh) products summed over their last axis, the same reduction for every
+    score), rounded and biased in q's dtype as HF rounds; the softmax's denominator and the
+    probability-weighted values are running sums in key order (cumsum), read at each row's last
+    key, so the masked keys after it (exp 0) are never added in. No bmm: a matrix kernel's summation
+    order may follow the row or key count (gemv against gemm; docs/engines.md). Calls of more than
+    PREFIX_ROWS rows run in pieces of that many (each row's bits do not depend on its piece)."""
+    kq, n = q.shape[1], k.shape[1]
+    if kq > PREFIX_ROWS:
+        return torch.cat([attend_prefix(q[:, j : j + PREFIX_ROWS], k[:, : n - kq + min(j + PREFIX_ROWS, kq)],
+                                        v[:, : n - kq + min(j + PREFIX_ROWS, kq)],
+                                        bias[:, j : j + PREFIX_ROWS, : n - kq + min(j + PREFIX_ROWS, kq)])
+                          for j in range(0, kq, PREFIX_ROWS)], 1)  # fmt: skip
+    s = torch.mul(q.float().unsqueeze(2), k.float().unsqueeze(1)).sum(-1)  # (H, kq, n)
+    s = s.add_(bias) if q.dtype == torch.float32 else (s.to(q.dtype) + bias).float()
+    e = s.sub_(s.amax(-1, keepdim=True)).exp_()  # (H, kq, n); 0 past each row's position
+    rows = torch.arange(kq, device=q.device)
+    last = rows + (n - kq)  # row j's last key
+    den = e.cumsum(-1)[:, rows, last]  # (H, kq)
+    num = torch.mul(e.unsqueeze(-1), v.float().unsqueeze(1)).cumsum(2)[:, rows, last]  # (H, kq, dh)
+    return num.div_(den.unsqueeze(-1)).to(q.dtype)
 
 
 def per_row(q, k, v, bias) -> torch.Tensor:
@@ -109,13 +142,14 @@ def per_row(q, k, v, bias) -> torch.Tensor:
                               bias[:, j : j + 1, : n - kq + j + 1]) for j in range(kq)], 1)  # fmt: skip
 
 
-_CAUSAL: dict[tuple, object] = {}  # (dtype, device, H, dh, rowinv.FIRST_ONLY, threads) -> its path
+_CAUSAL: dict[tuple, object] = {}  # (dtype, device, H, dh, prefix, rowinv.FIRST_ONLY, threads) -> its path
 
 
 def _causal_path(key: tuple):
-    """The first path of attend_causal ("masked", then "per-row") whose rows equal, bit for bit,
-    one-row calls over exactly their keys, for calls of 1 to 16 tokens after 0, 7 and 30 cached."""
-    dtype, device, H, dh, *_ = key
+    """The first path of attend_causal ("masked", "prefix" where allowed, then "per-row") whose
+    rows in one call equal, bit for bit, its own one-row calls over exactly their keys (what
+    vanilla's step runs), for calls of 1 to 16 tokens after 0, 7 and 30 cached."""
+    dtype, device, H, dh, prefix, *_ = key
     g = torch.Generator().manual_seed(2)
 
     def check(f) -> bool:
@@ -130,12 +164,15 @@ def _causal_path(key: tuple):
                     q, k, v, b = (t.to(device=device, dtype=dtype) for t in (q, k, v, b))
                     b = b.masked_fill(torch.ones(kq, n, dtype=torch.bool, device=device).triu(pos + 1),
                                       torch.finfo(dtype).min)  # fmt: skip
-                    if not torch.equal(f(q, k, v, b), per_row(q, k, v, b)):
+                    alone = torch.cat([f(q[:, j : j + 1], k[:, : pos + j + 1], v[:, : pos + j + 1],
+                                         b[:, j : j + 1, : pos + j + 1]) for j in range(kq)], 1)  # fmt: skip
+                    if not torch.equal(f(q, k, v, b), alone):
                         return False
         return True
 
-    label = (str(dtype).removeprefix("torch."), H, dh, "causal")
-    return rowinv.choose("attention", label, {"masked": attend, "per-row": per_row}, check, device)[1]
+    label = (str(dtype).removeprefix("torch."), H, dh, "causal, prefix allowed" if prefix else "causal")
+    paths = {"masked": attend} | ({"prefix": attend_prefix} if prefix else {}) | {"per-row": per_row}
+    return rowinv.choose("attention", label, paths, check, device)[1]
 
 
 def _sharp_keys(k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, dtype: torch.dtype):

@@ -180,8 +180,10 @@ class LeanT5:
         if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
         else:  # write this call's keys and values, attend to the whole prefix
-            causal = per_row if "attention" in rows else attend_causal
-            a = causal(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias)  # (H, k, dh)
+            # its calls are decode calls (at most BiLD's 11 tokens; no prompt to prefill), so the
+            # prefix path's cost, which grows with rows x keys, stays a call's (attend_causal)
+            a = (per_row(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias) if "attention" in rows else
+                 attend_causal(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias, prefix=True))  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
         if i is not None:
             x = op(rows, "cross", self._cross, x, i)
