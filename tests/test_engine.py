@@ -275,12 +275,12 @@ def test_a_model_cast_after_a_lean_lm_gets_fresh_fused_weights(kind):
 
 @pytest.mark.parametrize("kind", ["t5-tied", "mt5", "llama"])
 def test_column_major_weights_keep_values_and_logits_and_hold_one_copy(kind):
-    """The CPU float32 layout (lean_common.column_major): every linear weight keeps its values and
+    """The CPU float32 layout (layout.column_major): every linear weight keeps its values and
     shape, is stored (in, out), fused matrices keep that layout as views, and the logits equal
     those of an untouched row-major copy on HF's forward within 1e-4 (the engines' tolerance)."""
     import copy
 
-    from bildlib.models.lean_common import column_major
+    from bildlib.models.layout import column_major
 
     model = tiny(kind)
     ref = copy.deepcopy(model)  # row-major, never touched

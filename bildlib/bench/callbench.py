@@ -5,6 +5,8 @@ CUDA synchronised). README's engine table comes from this.
     python -m bildlib.bench.callbench --threads 2 --dtype float32
     python -m bildlib.bench.callbench --compile     # also the lean forward under torch.compile
     python -m bildlib.bench.callbench --anatomy     # where a lean step's time goes; calls as BiLD makes them
+    python -m bildlib.bench.callbench --rows attention --out figures/engines/calls.csv
+        # also the lean engine with those op families one row at a time (models.wholecall's switch)
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import pandas as pd
 import torch
 
 from bildlib import data
 from bildlib.experiments.calls import prefix, timed
-from bildlib.models import LM, load_model
+from bildlib.models import LM, cpuinfo, load_model
+from bildlib.notebook import machine
 
 PAIR = ("data/checkpoints/multi30k-small-aligned", "data/checkpoints/multi30k-large")
 
@@ -31,6 +35,7 @@ def bench(
     rounds: int = 20,
     block: int = 10,
     compile: bool = False,
+    rows: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """One row per (model, engine): median ms of a one-token step and of a k-token call, and the
     k-token call in steps of the same engine. The engines alternate in blocks of `block` calls
@@ -38,7 +43,10 @@ def bench(
     after calls of the same model (one call at a time between the engines would time every call
     with the other engine's data in the CPU caches: 1.0 ms instead of 0.43 for the small step).
     compile: a third engine, "lean+compile": the lean forward under torch.compile(dynamic=True),
-    compiled before timing (the row's compile_s)."""
+    compiled before timing (the row's compile_s).
+    rows: a further engine, "lean, rows: <rows>": the lean engine with those op families run one
+    row at a time (models.wholecall's switch; e.g. "attention", the self-attention path the engine
+    took on bf16 before lean_common.attend_prefix), against the engine as the check settled it."""
     src_text = data.load("multi30k", "val", 1).sources[0]
     rows = []
     for path in paths:
@@ -47,6 +55,10 @@ def bench(
         if compile:
             lms["lean+compile"] = LM(model, tok, path, "lean")
             lms["lean+compile"].impl.forward = torch.compile(lms["lean+compile"].impl.forward, dynamic=True)
+        if rows:
+            e = "lean, rows: " + "+".join(rows)
+            lms[e] = LM(model, tok, path, "lean")
+            lms[e].impl.set_rows(tuple(lms[e].impl.rows | set(rows)))
         compile_s = {}
         for e, lm in lms.items():
             t0 = time.perf_counter()
@@ -135,6 +147,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help="also time the lean forward under torch.compile")
+    ap.add_argument("--rows", nargs="+", default=(), metavar="OP",
+                    help="also time the lean engine with these op families one row at a time (its OPS)")
+    ap.add_argument("--out", type=Path, help="also write the table here (CSV, its machine in a column)")
     what = "instead: where a lean step's time goes, and calls as BiLD alternates them"
     ap.add_argument("--anatomy", action="store_true", help=what)
     a = ap.parse_args()
@@ -149,8 +164,15 @@ def main() -> None:
             print(pd.DataFrame(rows).round(3).to_string(index=False))
             print(pd.Series(situ(*lms, src, a.k)).round(3).to_string())
             return
-        df = bench(device=a.device, dtype=a.dtype, k=a.k, rounds=a.rounds, compile=a.compile)
+        df = bench(device=a.device, dtype=a.dtype, k=a.k, rounds=a.rounds, compile=a.compile,
+                   rows=tuple(a.rows))
+    df["threads"], df["machine"] = a.threads, f"{cpuinfo.cpu_name()} ({cpuinfo.isa()}), {machine()}"
     print(df.round(3).to_string(index=False))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.out.with_suffix(".tmp")
+        df.round(4).to_csv(tmp, index=False)
+        tmp.replace(a.out)
 
 
 if __name__ == "__main__":

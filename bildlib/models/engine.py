@@ -15,8 +15,9 @@ import logging
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from bildlib.models.layout import column_major
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
-from bildlib.models.lean_common import UnsupportedArchitectureError, column_major
+from bildlib.models.lean_common import UnsupportedArchitectureError
 from bildlib.models.lean_t5 import LeanT5
 from bildlib.models.static_t5 import StaticT5
 
@@ -95,7 +96,7 @@ def make(model, engine: str = "auto", name: str = "model"):
         raise UnsupportedArchitectureError(f"{name}: engine='static' runs T5 and mT5 in float32 or bfloat16, "
                                            f"not {why or model.config.model_type}; use engine='lean' or 'hf'")
     if why is None:
-        column_major(model)  # CPU float32: faster one-row products (lean_common.column_major)
+        column_major(model)  # CPU float32: faster one-row products (layout.column_major)
         return LEAN[model.config.model_type](model)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")

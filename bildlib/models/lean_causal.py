@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from bildlib.models.lean_common import Buffers, act_fn, attend_causal, fuse, per_row, rms
+from bildlib.models.layout import fuse
+from bildlib.models.lean_common import Buffers, act_fn, attend_causal, per_row, rms
 from bildlib.models.linear import linear
 from bildlib.models.wholecall import EachRow, op
 

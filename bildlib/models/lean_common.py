@@ -1,5 +1,5 @@
-"""What the lean engines share: the preallocated KV cache, RMS norm, activations by their HF name,
-and fusing linears into one matrix without a second copy of the weights."""
+"""What the lean engines share: the preallocated KV cache, RMS norm, attention (each path probed
+row-invariant where it runs), activations by their HF name. Weights' layout and fusing: models.layout."""
 
 from __future__ import annotations
 
@@ -96,8 +96,7 @@ def attend_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     - "prefix" (where the caller allows it: `prefix`): the k rows in one call with every sum over
       keys taken in key order (attend_prefix), invariant by construction, at a call's cost;
     - "per-row": row j alone over its own n - k + j + 1 keys, the very call vanilla's one-token
-      step makes there, at k calls' cost. Every call has one query row, so it runs _attend as it
-      is: attend's padding to more rows (float32 on the Intel Xeon) would only cost."""
+      step makes there, at k calls' cost (_attend as it is: one query row needs no padding)."""
     key = (q.dtype, q.device.type, q.shape[0], q.shape[2], prefix, rowinv.FIRST_ONLY, torch.get_num_threads())
     f = _CAUSAL.get(key)
     if f is None:
@@ -115,14 +114,13 @@ def attend_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     score), rounded and biased in q's dtype as HF rounds; the softmax's denominator and the
     probability-weighted values are running sums in key order (cumsum), read at each row's last
     key, so the masked keys after it (exp 0) are never added in. No bmm: a matrix kernel's summation
-    order may follow the row or key count (gemv against gemm; docs/engines.md). Calls of more than
-    PREFIX_ROWS rows run in pieces of that many (each row's bits do not depend on its piece)."""
+    order may follow the row or key count (gemv against gemm; docs/engines.md)."""
     kq, n = q.shape[1], k.shape[1]
-    if kq > PREFIX_ROWS:
-        return torch.cat([attend_prefix(q[:, j : j + PREFIX_ROWS], k[:, : n - kq + min(j + PREFIX_ROWS, kq)],
-                                        v[:, : n - kq + min(j + PREFIX_ROWS, kq)],
-                                        bias[:, j : j + PREFIX_ROWS, : n - kq + min(j + PREFIX_ROWS, kq)])
-                          for j in range(0, kq, PREFIX_ROWS)], 1)  # fmt: skip
+    if kq > PREFIX_ROWS:  # pieces of PREFIX_ROWS rows, each over the keys up to its last row's
+        ends = [n - kq + min(j + PREFIX_ROWS, kq) for j in range(0, kq, PREFIX_ROWS)]
+        return torch.cat([attend_prefix(q[:, j : j + PREFIX_ROWS], k[:, :e], v[:, :e],
+                                        bias[:, j : j + PREFIX_ROWS, :e])
+                          for j, e in zip(range(0, kq, PREFIX_ROWS), ends, strict=True)], 1)  # fmt: skip
     s = torch.mul(q.float().unsqueeze(2), k.float().unsqueeze(1)).sum(-1)  # (H, kq, n)
     s = s.add_(bias) if q.dtype == torch.float32 else (s.to(q.dtype) + bias).float()
     e = s.sub_(s.amax(-1, keepdim=True)).exp_()  # (H, kq, n); 0 past each row's position
@@ -242,65 +240,3 @@ def act_fn(name: str):
     """The activation HF uses under this config name (relu and silu as plain functions)."""
     return {"relu": F.relu, "silu": F.silu}.get(name) or ACT2FN[name]
 
-
-def column_major(model: torch.nn.Module) -> int:
-    """Store every nn.Linear weight (out, in) of `model` column-major, as the contiguous (in, out)
-    matrix viewed transposed; returns how many it moved. Values, shapes and the HF model's own
-    forward are unchanged, but F.linear(x, w) then multiplies x @ (in, out) without a transposed
-    operand, which on a CPU in float32 reads weights that sit in memory 25-45 % faster at one or
-    a few rows (docs/engines.md, *Anatomy of a step*). A weight already column-major is left (a
-    second call moves nothing); tied weights move once, with their embedding. Only float32
-    weights on a CPU move: elsewhere (bf16, CUDA) HF's layout stays."""
-    moved = 0
-    with torch.no_grad():
-        for m in model.modules():
-            w = getattr(m, "weight", None)
-            if not isinstance(m, torch.nn.Linear) or w is None or w.dim() != 2 or not w.is_contiguous():
-                continue
-            if w.device.type != "cpu" or w.dtype != torch.float32 or w.t().is_contiguous():
-                continue  # HF's layout stays; a (n, 1) or (1, n) weight is both layouts
-            w.data = w.t().contiguous().t()
-            moved += 1
-    return moved
-
-
-def fuse(*lins: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One (sum of outs, in) weight (and bias) for linears that read the same input, in the
-    linears' layout (column-major when the first is, see column_major). The HF
-    linears' parameters become views of it, so the weights stay held once and the HF model keeps
-    working; fusing the same linears again returns the same tensors, unless the model was moved
-    or cast since (model.to() gives the linears new tensors: the old fused one is stale). The
-    linears' int8 codes, if they have them, are fused likewise (_int8)."""
-    done = getattr(lins[0], "_bild_fused", None)
-    if done is not None and done[0].shape[0] == sum(m.weight.shape[0] for m in lins):
-        w0 = lins[0].weight
-        same = done[0].untyped_storage().data_ptr() == w0.untyped_storage().data_ptr()
-        if same and done[0].dtype == w0.dtype:
-            return _int8(done, lins)
-    with torch.no_grad():
-        w0 = lins[0].weight
-        if not w0.is_contiguous() and w0.t().is_contiguous():  # column-major: (in, sum of outs)
-            w = torch.cat([m.weight.t() for m in lins], 1).t()
-        else:
-            w = torch.cat([m.weight for m in lins])
-        b = torch.cat([m.bias for m in lins]) if lins[0].bias is not None else None
-        o = 0
-        for m in lins:
-            n = m.weight.shape[0]
-            m.weight.data = w[o : o + n]
-            if b is not None:
-                m.bias.data = b[o : o + n]
-            o += n
-    lins[0]._bild_fused = (w, b)
-    return _int8((w, b), lins)
-
-
-def _int8(fused: tuple, lins) -> tuple:
-    """The fused weight keeps the linears' int8 codes and scales too, concatenated as the weights
-    are, when every one has them (an int8 checkpoint: models.load.keep_int8; models.linear.Int8)."""
-    parts = [getattr(m.weight, "_bild_int8", None) for m in lins]
-    if all(p is not None for p in parts):
-        fused[0]._bild_int8 = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
-    elif hasattr(fused[0], "_bild_int8"):  # the weights were written since (quant.model.put)
-        del fused[0]._bild_int8
-    return fused

@@ -32,7 +32,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, fuse, per_row, rms
+from bildlib.models.layout import fuse
+from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, per_row, rms
 from bildlib.models.linear import linear, rows_mm
 from bildlib.models.wholecall import EachRow, op
 

@@ -14,7 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from bildlib import REPO_ROOT, data, where
 from bildlib.data import shipped
-from bildlib.models.lean_common import column_major
+from bildlib.models.layout import column_major
 
 
 class ModelUnavailableError(FileNotFoundError):
@@ -164,7 +164,7 @@ def quiet_loading() -> Iterator[None]:
 def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype = "default"):
     """(model, tokenizer) for an encoder-decoder or a decoder-only checkpoint (a folder or a hub
     id, see `locate`), in eval mode, on `device`, in `dtype` (see resolve_dtype). On a CPU in
-    float32 its linear weights are stored column-major (models.lean_common.column_major)."""
+    float32 its linear weights are stored column-major (models.layout.column_major)."""
     check_dtype(dtype)
     dev = resolve_device(device)
     path = locate(name)

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from bildlib import kernels as K
-from bildlib.models.lean_common import UnsupportedArchitectureError, fuse
+from bildlib.models.layout import fuse
+from bildlib.models.lean_common import UnsupportedArchitectureError
 
 ROWS = 16  # the most tokens one call takes (BiLD's calls are at most max_small_steps + 1)
 ACTS = {"relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -217,7 +218,7 @@ class StaticT5:
 
 def _weights(block, cross: bool = True) -> dict:
     """A T5Block's weights by short name; q/k/v, and a decoder block's cross k/v, each fused into one
-    matrix as the lean engine fuses them (lean_common.fuse: the HF linears become its views, so no
+    matrix as the lean engine fuses them (layout.fuse: the HF linears become its views, so no
     weight is held twice)."""
     sa, ff = block.layer[0], block.layer[-1]
     at, dense = sa.SelfAttention, ff.DenseReluDense
