@@ -35,7 +35,7 @@ def bench(
     rounds: int = 20,
     block: int = 10,
     compile: bool = False,
-    rows: tuple[str, ...] = (),
+    one_row: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """One row per (model, engine): median ms of a one-token step and of a k-token call, and the
     k-token call in steps of the same engine. The engines alternate in blocks of `block` calls
@@ -44,7 +44,7 @@ def bench(
     with the other engine's data in the CPU caches: 1.0 ms instead of 0.43 for the small step).
     compile: a third engine, "lean+compile": the lean forward under torch.compile(dynamic=True),
     compiled before timing (the row's compile_s).
-    rows: a further engine, "lean, rows: <rows>": the lean engine with those op families run one
+    one_row: a further engine, "lean, rows: <one_row>": the lean engine with those op families run one
     row at a time (models.wholecall's switch; e.g. "attention", the self-attention path the engine
     took on bf16 before lean_common.attend_prefix), against the engine as the check settled it."""
     src_text = data.load("multi30k", "val", 1).sources[0]
@@ -55,10 +55,10 @@ def bench(
         if compile:
             lms["lean+compile"] = LM(model, tok, path, "lean")
             lms["lean+compile"].impl.forward = torch.compile(lms["lean+compile"].impl.forward, dynamic=True)
-        if rows:
-            e = "lean, rows: " + "+".join(rows)
+        if one_row:
+            e = "lean, rows: " + "+".join(one_row)
             lms[e] = LM(model, tok, path, "lean")
-            lms[e].impl.set_rows(tuple(lms[e].impl.rows | set(rows)))
+            lms[e].impl.set_rows(tuple(lms[e].impl.rows | set(one_row)))
         compile_s = {}
         for e, lm in lms.items():
             t0 = time.perf_counter()
@@ -165,7 +165,7 @@ def main() -> None:
             print(pd.Series(situ(*lms, src, a.k)).round(3).to_string())
             return
         df = bench(device=a.device, dtype=a.dtype, k=a.k, rounds=a.rounds, compile=a.compile,
-                   rows=tuple(a.rows))
+                   one_row=tuple(a.rows))
     df["threads"], df["machine"] = a.threads, f"{cpuinfo.cpu_name()} ({cpuinfo.isa()}), {machine()}"
     print(df.round(3).to_string(index=False))
     if a.out:

@@ -124,11 +124,11 @@ def attend_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     s = torch.mul(q.float().unsqueeze(2), k.float().unsqueeze(1)).sum(-1)  # (H, kq, n)
     s = s.add_(bias) if q.dtype == torch.float32 else (s.to(q.dtype) + bias).float()
     e = s.sub_(s.amax(-1, keepdim=True)).exp_()  # (H, kq, n); 0 past each row's position
-    rows = torch.arange(kq, device=q.device)
-    last = rows + (n - kq)  # row j's last key
-    den = e.cumsum(-1)[:, rows, last]  # (H, kq)
-    num = torch.mul(e.unsqueeze(-1), v.float().unsqueeze(1)).cumsum(2)[:, rows, last]  # (H, kq, dh)
-    return num.div_(den.unsqueeze(-1)).to(q.dtype)
+    # row j's running sums at its last key n - kq + j: the diagonal of the last kq keys' columns
+    den = e.cumsum(-1)[:, :, n - kq :].diagonal(0, 1, 2)  # (H, kq)
+    pv = torch.mul(e.unsqueeze(-1), v.float().unsqueeze(1)).cumsum(2)  # (H, kq, n, dh)
+    num = pv[:, :, n - kq :].diagonal(0, 1, 2).transpose(1, 2)  # (H, kq, dh)
+    return (num / den.unsqueeze(-1)).to(q.dtype)
 
 
 def per_row(q, k, v, bias) -> torch.Tensor:
