@@ -7,10 +7,11 @@ what each choice below saves.
 - Products go through models.linear: oneDNN-prepacked weights on a CPU, residuals added
   inside the product (one rounding, as torch.addmm); each row's result does not depend on the
   number of rows.
-- Attention runs in the model's dtype, as HF's. In bf16, torch's CPU bmm sums each output in one
-  sequential order, so a token's logits have the same bits whatever the number of tokens its call
-  carries, and lossless BiLD equals vanilla greedy. Float32 bmm (MKL) is 5-7x faster at these
-  shapes but sums one row and several in different orders (docs/engines.md).
+- Self-attention runs through lean_common.attend_causal, probed where it runs: the k rows in one
+  masked call where this machine's kernels keep each row's bits, else the prefix path (float32
+  sums in key order, invariant by construction, at about one call's cost), else each row alone;
+  so a token's logits have the same bits whatever the number of tokens its call carries, and
+  lossless BiLD equals vanilla greedy (docs/engines.md, *Row invariance*).
 - Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
   h (Wq_h K_h^T) and the output is sum_h p_h (V_h Wo_h^T). begin() computes A = (Wq_h K_h^T)_h
   (d, H P) and B = (V_h Wo_h^T)_h (H P, d) once, with the norm's weight folded into A, so a
