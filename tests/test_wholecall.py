@@ -155,3 +155,28 @@ def test_set_rows_names_the_families_it_knows():
 
 def test_hf_engine_is_not_checked():
     assert LM(tiny("t5-tied"), tiny_tokenizer(), "hf", engine="hf").call_check is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_t5_self_attention_may_take_the_prefix_path_in_bf16_only(monkeypatch, dtype):
+    """The T5 engine offers lean_common.attend_prefix to its self-attention in half precision only
+    (in float32 one row alone is a cheap bmm: docs/engines.md, *Row invariance*); and where the
+    one-call masked path is refused, as by the attention injected here, the prefix path keeps a
+    tiny T5's k-token calls at one-token calls' bits in either dtype, with no op family switched."""
+    from bildlib.models import lean_common as LCm
+
+    real = LCm._attend
+    monkeypatch.setattr(LCm, "_attend", lambda q, k, v, b: real(q, k, v, b) * (1 + 1e-3 * (k.shape[1] % 3)))
+    monkeypatch.setattr(LCm, "_ATTEND", {})
+    monkeypatch.setattr(LCm, "_CAUSAL", {})
+    lm = lean("t5-tied", dtype)
+    causal = {k[4]: c.path for k, c in rowinv.CHOSEN.items()
+              if k[0] == "attention" and k[4].startswith("causal")}  # fmt: skip
+    half = dtype == torch.bfloat16
+    assert causal == ({"causal, prefix allowed": "prefix"} if half else {"causal": "per-row"}), causal
+    assert lm.call_check.passed and lm.call_check.switched == () and keeps_bits(lm)
+    if not half:  # the prefix path itself keeps the bits in float32 too
+        monkeypatch.setattr(LCm, "_CAUSAL", {})
+        monkeypatch.setattr("bildlib.models.lean_t5.attend_causal",
+                            lambda q, k, v, b, prefix=False: LCm.attend_causal(q, k, v, b, prefix=True))
+        assert keeps_bits(lean("t5-tied", dtype))

@@ -8,8 +8,9 @@ what each choice below saves.
   inside the product (one rounding, as torch.addmm); each row's result does not depend on the
   number of rows.
 - Self-attention runs through lean_common.attend_causal, probed where it runs: the k rows in one
-  masked call where this machine's kernels keep each row's bits, else the prefix path (float32
-  sums in key order, invariant by construction, at about one call's cost), else each row alone;
+  masked call where this machine's kernels keep each row's bits, else (half precision) the prefix
+  path (float32 sums in key order, invariant by construction, at about one call's cost), else
+  each row alone;
   so a token's logits have the same bits whatever the number of tokens its call carries, and
   lossless BiLD equals vanilla greedy (docs/engines.md, *Row invariance*).
 - Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
@@ -182,10 +183,12 @@ class LeanT5:
         if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
         else:  # write this call's keys and values, attend to the whole prefix
-            # its calls are decode calls (at most BiLD's 11 tokens; no prompt to prefill), so the
-            # prefix path's cost, which grows with rows x keys, stays a call's (attend_causal)
-            a = (per_row(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias) if "attention" in rows else
-                 attend_causal(qkv[0], *self.kv.put2(i, qkv[1:], pos), bias, prefix=True))  # (H, k, dh)
+            # the prefix path in half precision only: there one row alone is a slow bmm (an addmm
+            # per head), in float32 a fast one, cheaper than prefix's ops at a one-token step (its
+            # calls are decode calls, so prefix's rows x keys sums stay small; attend_causal)
+            kv = self.kv.put2(i, qkv[1:], pos)  # this call's keys and values written, the prefix's read
+            a = (per_row(qkv[0], *kv, bias) if "attention" in rows else
+                 attend_causal(qkv[0], *kv, bias, prefix=not self.f32))  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
         if i is not None:
             x = op(rows, "cross", self._cross, x, i)
