@@ -224,33 +224,6 @@ def test_choices_on_a_gpu_are_kept_apart_and_named(monkeypatch):
     assert LN.candidates(SimpleNamespace(device=torch.device("cuda"))) == [LN.MM]
 
 
-def test_causal_attention_refuses_a_kernel_that_sums_masked_keys_otherwise(monkeypatch):
-    """attend_causal over an attention whose result depends on how many keys it sums, masked ones
-    included (as bf16 attention did on an Intel Xeon): the probe refuses the one-call path, and
-    each row of a k-token call then equals the one-row call over exactly its keys."""
-    from bildlib.models import lean_common as LC
-
-    real = LC._attend
-
-    def by_key_count(q, k, v, bias):
-        return real(q, k, v, bias) * (1 + 1e-3 * (k.shape[1] % 3))
-
-    monkeypatch.setattr(LC, "_attend", by_key_count)
-    monkeypatch.setattr(LC, "_ATTEND", {})
-    monkeypatch.setattr(LC, "_CAUSAL", {})
-    H, dh, pos, kq = 2, 8, 5, 6
-    q, k, v = torch.randn(H, kq, dh), torch.randn(H, pos + kq, dh), torch.randn(H, pos + kq, dh)
-    bias = torch.zeros(H, kq, pos + kq).masked_fill(torch.ones(kq, pos + kq, dtype=torch.bool).triu(pos + 1),
-                                                    torch.finfo(torch.float32).min)  # fmt: skip
-    got = LC.attend_causal(q, k, v, bias)
-    assert rowinv.CHOSEN[("attention", "float32", H, dh, "causal")].path == "per-row"
-    for j in range(kq):
-        n = pos + j + 1
-        alone = by_key_count(q[:, j : j + 1], k[:, :n], v[:, :n], bias[:, j : j + 1, :n])
-        assert torch.equal(got[:, j : j + 1], alone)
-
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_prefix_attention_rows_equal_their_one_row_calls_and_attention(dtype):
     """attend_prefix, the causal path invariant by construction: each row of a call of 1 to 37
@@ -285,10 +258,12 @@ def test_prefix_attention_rows_equal_their_one_row_calls_and_attention(dtype):
                 assert err <= 2 * (bf16 - want).abs().max().item() + 1e-6, (err, pos, kq)
 
 
-def test_the_prefix_path_is_taken_where_allowed_and_refused_when_it_breaks(monkeypatch):
-    """With the one-call path broken (its result follows the key count, masked keys included),
-    attend_causal(prefix=True) takes "prefix" (as the T5 engine's self-attention calls it), and
-    attend_causal without it takes "per-row"; with the prefix path broken too, so does the first."""
+def test_causal_attention_refuses_a_kernel_that_sums_masked_keys_otherwise(monkeypatch):
+    """With the one-call path broken (its result follows the key count, masked keys included, as
+    bf16 attention did on an Intel Xeon), the probe refuses it: attend_causal(prefix=True) takes
+    "prefix" (as the T5 engine's self-attention calls it), and attend_causal without it "per-row";
+    with the prefix path broken too, so does the first, and each row of a k-token call then equals
+    the one-row call over exactly its keys."""
     from bildlib.models import lean_common as LC
 
     real, real_prefix = LC._attend, LC.attend_prefix
@@ -316,6 +291,7 @@ def test_the_prefix_path_is_taken_where_allowed_and_refused_when_it_breaks(monke
         n = pos + j + 1
         alone = LC._attend(q[:, j : j + 1], k[:, :n], v[:, :n], bias[:, j : j + 1, :n])
         assert torch.equal(got[:, j : j + 1], alone)
+
 
 def shipped_large(dtype: str):
     from bildlib.models import LM
