@@ -114,7 +114,9 @@ def attend_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch
     score), rounded and biased in q's dtype as HF rounds; the softmax's denominator and the
     probability-weighted values are running sums in key order (cumsum), read at each row's last
     key, so the masked keys after it (exp 0) are never added in. No bmm: a matrix kernel's summation
-    order may follow the row or key count (gemv against gemm; docs/engines.md)."""
+    order may follow the row or key count (gemv against gemm; docs/engines.md). By construction
+    where cumsum is a sequential scan (ATen's CPU kernel); a GPU's parallel scan is probed like the
+    rest (attend_causal), and the whole-call check runs everywhere."""
     kq, n = q.shape[1], k.shape[1]
     if kq > PREFIX_ROWS:  # pieces of PREFIX_ROWS rows, each over the keys up to its last row's
         ends = [n - kq + min(j + PREFIX_ROWS, kq) for j in range(0, kq, PREFIX_ROWS)]
