@@ -169,10 +169,8 @@ def main() -> None:
     df["threads"], df["machine"] = a.threads, f"{cpuinfo.cpu_name()} ({cpuinfo.isa()}), {machine()}"
     print(df.round(3).to_string(index=False))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = a.out.with_suffix(".tmp")
-        df.round(4).to_csv(tmp, index=False)
-        tmp.replace(a.out)
+        with data.atomic_path(a.out) as tmp:
+            df.round(4).to_csv(tmp, index=False)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,8 @@ what each choice below saves.
 - Self-attention runs through lean_common.attend_causal, probed where it runs: the k rows in one
   masked call where this machine's kernels keep each row's bits, else (half precision) the prefix
   path (float32 sums in key order, invariant by construction, at about one call's cost), else
-  each row alone;
-  so a token's logits have the same bits whatever the number of tokens its call carries, and
-  lossless BiLD equals vanilla greedy (docs/engines.md, *Row invariance*).
+  each row alone; so a token's logits have the same bits whatever the number of tokens its call
+  carries, and lossless BiLD equals vanilla greedy (docs/engines.md, *Row invariance*).
 - Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
   h (Wq_h K_h^T) and the output is sum_h p_h (V_h Wo_h^T). begin() computes A = (Wq_h K_h^T)_h
   (d, H P) and B = (V_h Wo_h^T)_h (H P, d) once, with the norm's weight folded into A, so a
@@ -186,7 +185,7 @@ class LeanT5:
             # the prefix path in half precision only: there one row alone is a slow bmm (an addmm
             # per head), in float32 a fast one, cheaper than prefix's ops at a one-token step (its
             # calls are decode calls, so prefix's rows x keys sums stay small; attend_causal)
-            kv = self.kv.put2(i, qkv[1:], pos)  # this call's keys and values written, the prefix's read
+            kv = self.kv.put2(i, qkv[1:], pos)  # writes this call's keys and values; (H, pos + k, dh) each
             a = (per_row(qkv[0], *kv, bias) if "attention" in rows else
                  attend_causal(qkv[0], *kv, bias, prefix=not self.f32))  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
