@@ -30,10 +30,15 @@ def tiny(kind: str, seed: int = 1):
     return tf.MT5ForConditionalGeneration(tf.MT5Config(**common)).eval()
 
 
-def both(model, name="tiny"):
-    """The same HF model behind both engines (the lean one reads its weights, copies none)."""
+def both(model, name="tiny", engine="lean"):
+    """The same HF model behind both engines (the lean one reads its weights, copies none);
+    `engine` "native" for lean T5 with its C++ pieces (bildlib.kernels.cpu)."""
     tok = tiny_tokenizer()
-    return LM(model, tok, name, engine="hf"), LM(model, tok, name, engine="lean")
+    return LM(model, tok, name, engine="hf"), LM(model, tok, name, engine=engine)
+
+
+# every lean engine a kind runs on: lean, and native for the T5 kinds
+LEAN_ENGINES = [(k, e) for k in ARCHS for e in ("lean", "native") if e == "lean" or k in ("t5", "t5-tied", "mt5")]
 
 
 # A schedule of calls and crops: one token, several at once, crops back, a call past 128
@@ -69,10 +74,10 @@ def schedule(lms, src):
         yield [lm.forward(toks) for lm in lms]
 
 
-@pytest.mark.parametrize("kind", ARCHS)
-def test_lean_logits_equal_hf_at_every_call_and_crop(kind):
-    hf, lean = both(tiny(kind))
-    assert lean.engine == "lean" and hf.engine == "hf"
+@pytest.mark.parametrize("kind, engine", LEAN_ENGINES)
+def test_lean_logits_equal_hf_at_every_call_and_crop(kind, engine):
+    hf, lean = both(tiny(kind), engine=engine)
+    assert lean.engine == engine and hf.engine == "hf"
     expected = {"t5": LeanT5, "t5-tied": LeanT5, "mt5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
     assert isinstance(lean.impl, expected[kind])
     for src in sources(3, seed=7):
@@ -87,18 +92,21 @@ def test_lean_logits_equal_hf_on_the_shipped_pair(multi30k_dir):
 
     for name in ("multi30k-small", "multi30k-large"):
         model, tok = load_model(REPO / "data" / "checkpoints" / name, dtype="float32")  # HF to 1e-4
-        hf, lean = LM(model, tok, name, "hf"), LM(model, tok, name, "lean")
+        hf, lean, native = LM(model, tok, name, "hf"), LM(model, tok, name, "lean"), LM(model, tok, name, "native")
         for s in data.load("multi30k", "val", 5).sources:
             src = tok(s)["input_ids"]
             y = [hf.start(src)]
             lean.start(src)
+            native.start(src)
             for _ in range(12):  # greedy, with a rollback-like crop and a 4-token call each 4 steps
                 a, b = hf.forward(y[len(hf.ids) :]), lean.forward(y[len(lean.ids) :])
                 torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
+                torch.testing.assert_close(native.forward(y[len(native.ids) :]), a, atol=1e-4, rtol=0)
                 y.append(int(a[-1].argmax()))
                 if len(y) % 4 == 0:
                     hf.crop(len(y) - 4)
                     lean.crop(len(y) - 4)
+                    native.crop(len(y) - 4)
 
 
 def test_the_lean_engine_holds_no_second_copy_of_the_weights():
@@ -160,6 +168,7 @@ def test_every_decoder_gives_the_same_tokens_on_both_engines_on_the_shipped_pair
     (ms, tok), (ml, _) = (load_model(ck / f"multi30k-{m}", **f32) for m in ("small-aligned", "large"))
     s_hf, s_lean = LM(ms, tok, "aligned", "hf"), LM(ms, tok, "aligned", "lean")
     l_hf, l_lean = LM(ml, tok, "large", "hf"), LM(ml, tok, "large", "lean")
+    s_nat, l_nat = LM(ms, tok, "aligned", "native"), LM(ml, tok, "large", "native")
     check_pair(s_hf, l_hf)
     check_pair(s_lean, l_lean)
     kw = {"max_new_tokens": 64}
@@ -173,6 +182,8 @@ def test_every_decoder_gives_the_same_tokens_on_both_engines_on_the_shipped_pair
         ):
             (y0, t0), (y1, t1) = run(s_hf, l_hf, src), run(s_lean, l_lean, src)
             assert y1 == y0 and t1.source == t0.source and t1.large_call_tokens == t0.large_call_tokens
+            y2, t2 = run(s_nat, l_nat, src)
+            assert y2 == y0 and t2.source == t0.source and t2.large_call_tokens == t0.large_call_tokens
 
 
 def test_an_unsupported_architecture_is_named_and_auto_falls_back(caplog):
@@ -199,17 +210,22 @@ def test_an_unsupported_architecture_is_named_and_auto_falls_back(caplog):
     half = tiny("t5").to(torch.float16)
     with pytest.raises(UnsupportedArchitectureError, match="float16"):
         LM(half, tiny_tokenizer(), "half", engine="lean")
+    with pytest.raises(UnsupportedArchitectureError, match="engine='native' runs T5 and mT5 on a CPU.*gpt2"):
+        LM(tiny("gpt2"), tiny_tokenizer(), "gpt2", engine="native")
+    assert LM(tiny("t5"), tiny_tokenizer(), "t5").engine == "native"  # auto: native where it builds
+    assert LM(tiny("llama"), tiny_tokenizer(), "llama").engine == "lean"
     with pytest.raises(ValueError, match="engine must be one of"):
         LM(tiny("t5"), tiny_tokenizer(), "x", engine="fast")
     with pytest.raises(ValueError, match="engine must be one of"):
         LM.from_pretrained("no/such/model", engine="fast")  # refused before anything loads
 
 
-@pytest.mark.parametrize("kind", ["t5-tied", "gpt2", "llama"])
-def test_lean_bf16_follows_hf_bf16(kind):
+@pytest.mark.parametrize("kind, engine", [("t5-tied", "lean"), ("t5-tied", "native"), ("mt5", "native"),
+                                          ("gpt2", "lean"), ("llama", "lean")])
+def test_lean_bf16_follows_hf_bf16(kind, engine):
     """In bf16 the two engines round differently (fused matmuls), so the check is closeness: the
     same argmax nearly everywhere and logits within bf16's resolution of each other."""
-    hf, lean = both(tiny(kind).to(torch.bfloat16))
+    hf, lean = both(tiny(kind).to(torch.bfloat16), engine=engine)
     agree = total = 0
     for src in sources(6, seed=9):
         y = [hf.start(src)]
@@ -225,14 +241,16 @@ def test_lean_bf16_follows_hf_bf16(kind):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("kind", ["t5-tied", "gpt2", "llama"])
-def test_a_k_token_call_gives_each_token_its_one_token_logits(kind, dtype):
+@pytest.mark.parametrize("kind, engine", [("t5-tied", "lean"), ("t5-tied", "native"), ("mt5", "native"),
+                                          ("gpt2", "lean"), ("llama", "lean")])
+def test_a_k_token_call_gives_each_token_its_one_token_logits(kind, engine, dtype):
     """What lossless BiLD rests on, for every lean engine: a call over k tokens gives each token
     the logits, bit for bit, that the same tokens fed one at a time get (vanilla's steps), for
     k up to 16 (models.rowinv probes each product and attention path on the machine that runs).
     The decoder-only engine once multiplied with plain torch.addmm: in bf16 on an Intel Xeon
     with AMX this failed at every k."""
-    _, lm = both(tiny(kind).to(dtype))
+    _, lm = both(tiny(kind).to(dtype), engine=engine)
+    assert lm.engine == engine
     src = sources(1, seed=23)[0]
     tokens = [lm.start(src), *range(3, 40)]
     lm.start(src)
@@ -495,9 +513,12 @@ def test_folded_cross_attention_pads_each_head_to_a_multiple_of_four(S):
     m = tiny_model("t5", seed=S, d=48)  # 2 heads
     src = list(range(3, 3 + S - 1)) + [1]  # S tokens, EOS last
     lean, hf = LM(m, tiny_tokenizer(), "t5", "lean"), LM(m, tiny_tokenizer(), "t5", "hf")
-    for lm in (lean, hf):
+    native = LM(m, tiny_tokenizer(), "t5", "native")
+    for lm in (lean, hf, native):
         lm.start(src)
-    torch.testing.assert_close(lean.forward([0, 5, 6]), hf.forward([0, 5, 6]), atol=1e-4, rtol=0)
+    expected = hf.forward([0, 5, 6])
+    torch.testing.assert_close(lean.forward([0, 5, 6]), expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(native.forward([0, 5, 6]), expected, atol=1e-4, rtol=0)
     A, B, mask = lean.impl.cross[0]
     P = -(-S // 4) * 4
     assert A.shape == (48, 2 * P) and B.shape == (2 * P, 48)

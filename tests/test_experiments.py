@@ -320,19 +320,23 @@ def test_a_sweep_loads_its_examples_once(env, monkeypatch):
 
 
 def test_the_engine_is_in_the_key_and_changes_no_output(env):
-    """A configuration runs on the run's engine (lean by default) or its own; the resolved
-    engines are part of the cache key, and every engine writes the same tokens. transformers'
-    generate and assisted generation run as configurations too, on HF's engine."""
+    """A configuration runs on the run's engine ("auto" by default: native, the lean T5 with its
+    C++ pieces, where it builds, as in this project's CI) or its own; the resolved engines are
+    part of the cache key, and every engine writes the same tokens. transformers' generate and
+    assisted generation run as configurations too, on HF's engine."""
     c = X.bild("aligned", 0.5, 1.0)
-    lean = X.run(PRESET, c, n_examples=6, results=env, progress=False)
+    auto = X.run(PRESET, c, n_examples=6, results=env, progress=False)
+    lean = X.run(PRESET, dataclasses.replace(c, engine="lean"), n_examples=6, results=env, progress=False)
     hf = X.run(PRESET, dataclasses.replace(c, engine="hf"), n_examples=6, results=env, progress=False)
     run_hf = X.run(PRESET, c, n_examples=6, results=env, progress=False, engine="hf")
+    assert auto.attrs["spec"]["engines"] == {"aligned": "native", "large": "native"}
     assert lean.attrs["spec"]["engines"] == {"aligned": "lean", "large": "lean"}
     assert hf.attrs["spec"]["engines"] == run_hf.attrs["spec"]["engines"] == {"aligned": "hf", "large": "hf"}
-    assert len({lean.attrs["key"], hf.attrs["key"], run_hf.attrs["key"]}) == 3
+    assert len({auto.attrs["key"], lean.attrs["key"], hf.attrs["key"], run_hf.attrs["key"]}) == 4
     assert hf.attrs["label"].endswith("@hf") and not run_hf.attrs["label"].endswith("@hf")
     assert (
-        list(lean["output_ids"].map(list))
+        list(auto["output_ids"].map(list))
+        == list(lean["output_ids"].map(list))
         == list(hf["output_ids"].map(list))
         == list(run_hf["output_ids"].map(list))
     )

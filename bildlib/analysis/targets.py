@@ -27,6 +27,9 @@ AT_MOST = {"lossless_vs_assisted"}  # goals a value meets from below; the others
 MARK = {True: "reached", False: "**not reached**"}
 
 
+LEAN = ("lean", "native")  # the lean engines: Python ops, or with its C++ pieces (models.engine)
+
+
 def goal_text(key: str) -> str:
     return ("≤ " if key in AT_MOST else "≥ ") + f"{GOALS[key]:g}×"
 
@@ -36,7 +39,7 @@ def _bild(every: pd.DataFrame, model: str = "aligned") -> tuple[pd.DataFrame, fl
     score); the values the blocks show are checked present and finite (report._valid names the
     file and column)."""
     valid(every, ["label", "method", "model", "ran_on", "score", "ms"])
-    lean = (every["method"] == "bild") & (every["ran_on"] == "lean") & (every["model"] == model)
+    lean = (every["method"] == "bild") & every["ran_on"].isin(LEAN) & (every["model"] == model)
     valid(every, ["fallback", "rollback", "speedup_same_engine", "speedup_lo", "speedup_hi"], lean)
     b = every[lean]
     rule = b.apply(end_rule, axis=1) if not b.empty else pd.Series(dtype=str)  # apply gives a frame on none
@@ -64,7 +67,7 @@ def end_rule(r: pd.Series) -> str:
 
 
 def vanilla_score(every: pd.DataFrame) -> float:
-    lean = every[(every["method"] == "vanilla") & (every["model"] == "large") & (every["ran_on"] == "lean")]
+    lean = every[(every["method"] == "vanilla") & (every["model"] == "large") & every["ran_on"].isin(LEAN)]
     return float(lean["score"].iloc[0])
 
 

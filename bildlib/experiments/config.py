@@ -13,7 +13,7 @@ from bildlib.experiments import presets
 
 HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
-ENGINES = (None, "auto", "lean", "hf", "static")  # None: the run's engine (run / sweep argument `engine`)
+ENGINES = (None, "auto", "lean", "native", "hf", "static")  # None: the run's engine (run / sweep argument `engine`)
 MODELS = presets.MODEL_NAMES
 FLOATS = ("fallback", "rollback", "threshold", "temperature", "top_p", "tau", "verify_end_below")
 EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what the early-exit models run
@@ -26,7 +26,7 @@ class Config:
     temperature 0 is greedy; above it, nucleus sampling with top_p and seed. "generate" and
     "assisted" are transformers' greedy generate (model large) and assisted generation
     (decoding.hf; window: num_assistant_tokens, threshold: assistant_confidence_threshold, None:
-    HF's defaults). engine: models.engine's "auto", "lean" or "hf", or None: the run's.
+    HF's defaults). engine: models.engine's "auto", "lean", "native" or "hf", or None: the run's.
     Early exit (docs/early-exit.md): "bild" with model "ee" is early-exit BiLD, the ee model's first layers
     against all of them (models.early_exit); "calm" runs model "calm" with threshold lambda, tau
     and measure (decoding.calm); "vanilla" runs either model whole."""
@@ -61,7 +61,7 @@ class Config:
             known = f"{', '.join(MODELS)} or 'student:<label>'"
             raise ValueError(f"model must be one of {known}, got {self.model!r}")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of auto, lean, hf, static or None, got {self.engine!r}")
+            raise ValueError(f"engine must be one of auto, lean, native, hf, static or None, got {self.engine!r}")
         if self.method in HF_METHODS and self.engine not in (None, "hf"):
             raise ValueError(f"{self.method} is transformers' own generate: engine must be hf or None")
         if self.method == "generate" and self.model != "large":

@@ -32,6 +32,7 @@ from bildlib.experiments import cache, interleave, measure, presets
 from bildlib.experiments.config import Config
 from bildlib.models import (
     LM,
+    auto_engine,
     check_dtype,
     check_engine,
     check_pair,
@@ -109,14 +110,15 @@ class Models:
         return self._views
 
     def engine_of(self, which: str, engine: str | None = None) -> str:
-        """The engine `which` runs on ("lean" or "hf"), from its config, without its weights."""
+        """The engine `which` runs on ("native", "lean" or "hf"), from its config, without its
+        weights ("auto" as models.engine.make resolves it)."""
         engine = engine or self.engine
         if engine != "auto":
             return engine
         if which not in self._engines:
             path = self.preset.model(which)
             cfg = AutoConfig.from_pretrained(path) if Path(path).is_dir() else self.get(which).model.config
-            self._engines[which] = "hf" if why_not_lean(cfg, self.dtype(which)) else "lean"
+            self._engines[which] = auto_engine(cfg, self.dtype(which), self.device)
         return self._engines[which]
 
     def _policy(self, which: str) -> str | torch.dtype:

@@ -8,7 +8,7 @@ calls: the HF forward, or the lean engines `lean_t5` / `lean_causal` on the same
 
 from bildlib.models import pet  # registers PET's student (model_type "bild-pet-t5") with the Auto classes
 from bildlib.models.early_exit import early_exit_pair
-from bildlib.models.engine import ENGINES, check_engine, why_not_lean
+from bildlib.models.engine import ENGINES, auto_engine, check_engine, why_not_lean
 from bildlib.models.lean_common import UnsupportedArchitectureError
 from bildlib.models.lm import LM, check_pair, load_pair
 from bildlib.models.load import (
@@ -27,7 +27,7 @@ from bildlib.models.load import (
 )
 
 __all__ = [
-    "ENGINES", "LM", "ModelUnavailableError", "UnsupportedArchitectureError", "early_exit_pair",
+    "ENGINES", "LM", "auto_engine", "ModelUnavailableError", "UnsupportedArchitectureError", "early_exit_pair",
     "why_not_lean", "check_dtype", "check_engine", "check_pair", "check_same_vocab", "check_vocab",
     "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
     "pet", "resolve_dtype", "small_policy", "stored_dtype",

@@ -1,7 +1,9 @@
 """Engines: what runs a model's calls behind models.lm.LM. "hf" is the Hugging Face model's own
 forward with its DynamicCache (the reference, and the path for every architecture); "lean" is
-models.lean_t5 / models.lean_causal on the same weights. "auto" (the default) is lean where the
-architecture is supported, else hf with a logged note. "static" (T5 and mT5) is models.static_t5:
+models.lean_t5 / models.lean_causal on the same weights; "native" (T5 and mT5 on a CPU) is lean
+T5 with the pieces between its weight products as C++ calls (bildlib.kernels.cpu), built once per
+machine. "auto" (the default) is native where it runs (a T5 on a CPU where the C++ builds), else
+lean where the architecture is supported, else hf with a logged note. "static" (T5 and mT5) is models.static_t5:
 fixed shapes, one CUDA graph per call length and row-invariant Triton kernels on a GPU.
 
 An engine is begin(src) (encode, or prefill a prompt), forward(tokens, pos) -> logits (k, V) for
@@ -15,13 +17,14 @@ import logging
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from bildlib.kernels import cpu
 from bildlib.models.layout import column_major
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
 from bildlib.models.lean_common import UnsupportedArchitectureError
 from bildlib.models.lean_t5 import LeanT5
 from bildlib.models.static_t5 import StaticT5
 
-ENGINES = ("auto", "lean", "hf", "static")
+ENGINES = ("auto", "lean", "native", "hf", "static")
 # model_type -> engine; PET's student is a T5 with tied weights (models.pet)
 LEAN = {"t5": LeanT5, "mt5": LeanT5, "bild-pet-t5": LeanT5, "gpt2": LeanGPT2, "llama": LeanLlama}
 log = logging.getLogger("bildlib.models")
@@ -79,13 +82,30 @@ def why_not_lean(config, dtype: torch.dtype, arch: str | None = None) -> str | N
     return None
 
 
+NATIVE = ("t5", "mt5", "bild-pet-t5")  # model types engine "native" runs (lean T5's C++ pieces)
+
+
+def runs_native(config, dtype: torch.dtype, device) -> bool:
+    """Whether engine "native" can run this model: a T5 / mT5 lean runs, on a CPU."""
+    return (config.model_type in NATIVE and why_not_lean(config, dtype) is None
+            and torch.device(device).type == "cpu")  # fmt: skip
+
+
+def auto_engine(config, dtype: torch.dtype, device) -> str:
+    """What engine "auto" runs a model of this config on: "native" where it runs and its C++
+    builds here (bildlib.kernels.cpu), else "lean" where supported, else "hf"."""
+    if runs_native(config, dtype, device) and cpu.load() is not None:
+        return "native"
+    return "hf" if why_not_lean(config, dtype) else "lean"
+
+
 def check_engine(engine) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
 
 
 def make(model, engine: str = "auto", name: str = "model"):
-    """The engine object for `model`: lean or hf as asked ("auto": lean where supported)."""
+    """The engine object for `model` as asked ("auto": native, else lean, where supported)."""
     check_engine(engine)
     if engine == "hf":
         return HF(model)
@@ -95,8 +115,18 @@ def make(model, engine: str = "auto", name: str = "model"):
             return StaticT5(model)
         raise UnsupportedArchitectureError(f"{name}: engine='static' runs T5 and mT5 in float32 or bfloat16, "
                                            f"not {why or model.config.model_type}; use engine='lean' or 'hf'")
+    native = engine in ("auto", "native") and runs_native(model.config, model.dtype, model.device)
+    if engine == "native" and not native:
+        raise UnsupportedArchitectureError(f"{name}: engine='native' runs T5 and mT5 on a CPU in float32 or "
+                                           f"bfloat16, not {why or model.config.model_type} on "
+                                           f"{model.device.type}; use engine='lean'")
     if why is None:
         column_major(model)  # CPU float32: faster one-row products (layout.column_major)
+        if native:
+            impl = LeanT5(model, native=True)
+            if impl.cpp is None and engine == "native":
+                raise RuntimeError(f"{name}: engine='native': {cpu.why()}")
+            return impl  # lean where the C++ could not be built (cpu.load logged why)
         return LEAN[model.config.model_type](model)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")

@@ -38,6 +38,12 @@ class Buffers:
         V[:, pos:n] = v
         return K[:, :n], V[:, :n]  # (H, n, dh) each
 
+    def room(self, n: int) -> None:
+        """Room for n positions (buf grown as put() grows it)."""
+        if n > self.T:
+            self.buf = longer(self.buf, n)
+            self._views()
+
     def put2(self, i: int, kv: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
         """put() for keys and values as one (2, H, k, dh) tensor: one copy instead of two."""
         n = pos + kv.shape[2]

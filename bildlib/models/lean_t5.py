@@ -48,7 +48,7 @@ class LeanT5:
     # in the order it tries them; "call": a k-token call as k one-token calls
     OPS = ("norm", "cross", "act", "attention", "products", "call")
 
-    def __init__(self, model):
+    def __init__(self, model, native: bool = False):
         c = model.config
         self.model, self.eps, self.dtype = model, c.layer_norm_epsilon, model.dtype
         self.H, self.dh, self.d = c.num_heads, c.d_kv, c.d_model
@@ -79,6 +79,9 @@ class LeanT5:
         # each decoder layer's products and the head's as chosen (models.linear), unswitched
         self.plain = [{n: p for n, p in w.items() if n.endswith("_l")} for w in self.dec]
         self.plain_lm = self.lm_l
+        # engine "native": the pieces between products as C++ calls (bildlib.kernels.cpu), on a CPU
+        self.cpp = _native(model) if native else None
+        self.engine = "native" if self.cpp is not None else "lean"
 
     def set_rows(self, ops) -> None:
         """Run the decoder's op families `ops` (of OPS) one row at a time, the rest on the whole
@@ -165,6 +168,8 @@ class LeanT5:
         """T5's RMS norm. float32: x * rsqrt(|x|^2 + d eps) * (w sqrt(d)), five operators where
         F.rms_norm runs a dozen (within 1e-6 of it). Half precision: w * round(x * rsqrt(|x|^2 / d
         + eps)) with the rsqrt in float32, rounded where HF's T5LayerNorm rounds."""
+        if self.cpp is not None:  # the same formulas, one C++ call (its sums in its own order)
+            return self.cpp.norm(x, w, self.d * self.eps)
         if self.f32:
             n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (k, 1)
             return torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_()).mul_(w)
@@ -178,17 +183,25 @@ class LeanT5:
         k, H, dh = x.shape[0], self.H, self.dh
         rows = self.rows if i is not None else frozenset()  # the encoder's calls are not checked
         h = op(rows, "norm", self._norm, x, w["ln0_n"])
-        qkv = w["qkv_l"](h).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
+        h_qkv = w["qkv_l"](h)  # (k, 3 H dh)
+        qkv = h_qkv.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
         else:  # write this call's keys and values, attend to the whole prefix
             # the prefix path in half precision only: there one row alone is a slow bmm (an addmm
             # per head), in float32 a fast one, cheaper than prefix's ops at a one-token step (its
             # calls are decode calls, so prefix's rows x keys sums stay small; attend_causal)
+            if self.cpp is not None:  # writes the cache, each row over exactly its keys; (k, H dh)
+                x = w["o_l"].add(self._attend_native(h_qkv, i, pos, "attention" in rows), x)
+                return self._rest(x, w, rows, i)
             kv = self.kv.put2(i, qkv[1:], pos)  # writes this call's keys and values; (H, pos + k, dh) each
             a = (per_row(qkv[0], *kv, bias) if "attention" in rows else
                  attend_causal(qkv[0], *kv, bias, prefix=not self.f32))  # (H, k, dh)
         x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
+        return self._rest(x, w, rows, i)
+
+    def _rest(self, x, w, rows, i: int | None) -> torch.Tensor:
+        """A block after its self-attention: cross-attention (decoder), the feed-forward."""
         if i is not None:
             x = op(rows, "cross", self._cross, x, i)
         h = op(rows, "norm", self._norm, x, w["lnf_n"])
@@ -205,11 +218,23 @@ class LeanT5:
         weight (folded into A, with sqrt(d)), scores h A (k, H, S), output p B (module docstring);
         one row at a time (rows_mm), so a row's bits do not depend on the call's length."""
         A, B, mask = self.cross[i]
+        if self.cpp is not None:
+            return self.cpp.cross(x, A, B, mask, self.H, self.d * self.eps)
         k, xf = x.shape[0], x.float()
         n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
         h = torch.mul(xf, torch.addcmul(self.eps_d, n, n).rsqrt_())  # (k, d), |h| = 1
         p = torch.softmax(rows_mm(h, A, mask).view(k, self.H, -1), -1)  # (k, H, P), 0 at the padding
         return rows_mm(p.view(k, -1), B, xf).to(x.dtype)
+
+    def _attend_native(self, qkv: torch.Tensor, i: int, pos: int, each_row: bool) -> torch.Tensor:
+        """Self-attention of qkv's k rows (k, 3 H dh) at [pos, pos + k) in one C++ call (or one
+        per row, op family "attention" switched), its keys and values written to layer i's cache."""
+        k = qkv.shape[0]
+        self.kv.room(pos + k)
+        cache = self.kv.buf[i]  # (2, H, T, dh)
+        if each_row:
+            return torch.cat([self.cpp.attend(qkv[j : j + 1], cache, self.bias, self.H, pos + j) for j in range(k)])
+        return self.cpp.attend(qkv, cache, self.bias, self.H, pos)  # (k, H dh)
 
     def _grow(self, n: int) -> None:
         """The bias table covers n positions (doubling, so a long output rebuilds it rarely)."""
@@ -218,7 +243,16 @@ class LeanT5:
         T = max(2 * n, 64)
         b = self.rel_dec.compute_bias(T, T, device=self.emb.device)[0]  # (H, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=b.device).tril()
-        self.bias = torch.where(causal, b, torch.finfo(b.dtype).min)  # as HF's SDPA mask
+        self.bias = torch.where(causal, b, torch.finfo(b.dtype).min).contiguous()  # as HF's SDPA mask
+
+
+def _native(model):
+    """bildlib.kernels.cpu's built module for a model on a CPU, or None (why logged)."""
+    if model.device.type != "cpu":
+        return None
+    from bildlib.kernels import cpu
+
+    return cpu.load()
 
 
 def _weights(block, fuse_kv: bool) -> dict:

@@ -25,8 +25,9 @@ class LM:
     cache back to its first n decoder tokens (cross-attention and prompt stay).
 
     `engine` runs the calls (models.engine): "lean" (plain tensor ops on the model's weights,
-    a preallocated cache), "hf" (the model's own forward), "static" (T5 at fixed shapes, CUDA graphs
-    on a GPU; models.static_t5), or "auto": lean where supported.
+    a preallocated cache), "native" (lean T5 with C++ pieces between its products, on a CPU),
+    "hf" (the model's own forward), "static" (T5 at fixed shapes, CUDA graphs on a GPU;
+    models.static_t5), or "auto": native, else lean, where supported.
     `impl` is the engine object; a lean one also runs a layer at a time (embed / layer / head).
     """
 
@@ -58,7 +59,7 @@ class LM:
         engine: str = "auto",
     ) -> LM:
         """A folder or hub id (see models.load.locate) on `device` in `dtype` (resolve_dtype),
-        run by `engine` ("auto": lean where supported, "lean", "hf"; models.engine)."""
+        run by `engine` ("auto": native or lean where supported, "lean", "native", "hf"; models.engine)."""
         check_engine(engine)  # before loading anything
         model, tok = load_model(path, device, dtype)
         return cls(model, tok, str(path), engine)
