@@ -1,6 +1,8 @@
-"""Per-call latency of the two engines on one pair: a one-token step and a k-token call of each
-model, HF's forward against the lean engine on the same weights, interleaved in blocks (medians;
-CUDA synchronised). README's engine table comes from this.
+"""Per-call latency of the engines on one pair: a one-token step and a k-token call of each
+model, HF's forward against the lean engine (and native, on a CPU) on the same weights,
+interleaved in blocks (medians; CUDA synchronised), with the weights a step reads and, on a CPU,
+the step in units of the time to read them at this machine's measured rate. README's engine
+table comes from this.
 
     python -m bildlib.bench.callbench --threads 2 --dtype float32
     python -m bildlib.bench.callbench --compile     # also the lean forward under torch.compile
@@ -22,6 +24,7 @@ import torch
 from bildlib import data
 from bildlib.experiments.calls import prefix, timed
 from bildlib.models import LM, cpuinfo, load_model
+from bildlib.models.engine import runs_native
 from bildlib.notebook import machine
 
 PAIR = ("data/checkpoints/multi30k-small-aligned", "data/checkpoints/multi30k-large")
@@ -51,7 +54,8 @@ def bench(
     rows = []
     for path in paths:
         model, tok = load_model(path, device, dtype)
-        lms = {e: LM(model, tok, path, e) for e in ("hf", "lean")}
+        engines = ("hf", "lean", "native") if runs_native(model.config, model.dtype, model.device) else ("hf", "lean")
+        lms = {e: LM(model, tok, path, e) for e in engines}
         if compile:
             lms["lean+compile"] = LM(model, tok, path, "lean")
             lms["lean+compile"].impl.forward = torch.compile(lms["lean+compile"].impl.forward, dynamic=True)
@@ -75,8 +79,26 @@ def bench(
             name = path.rsplit("/", 1)[-1]
             rows.append({"model": name, "engine": e, "dtype": str(model.dtype).removeprefix("torch."),
                          "step_ms": one, f"call{k}_ms": many, f"call{k}_in_steps": many / one,
-                         "first_calls_s": compile_s[e]})  # fmt: skip
-    return pd.DataFrame(rows)
+                         "first_calls_s": compile_s[e], "weights_MB": step_bytes(lms[e]) / 1e6})  # fmt: skip
+    df = pd.DataFrame(rows)
+    if device == "cpu":  # the step against the time to read its weights at this machine's rate
+        df["read_GBps"] = read_rate()
+        df["step_in_reads"] = df["step_ms"] / (df["weights_MB"] / df["read_GBps"])
+    return df
+
+
+def read_rate(mb: int = 256, rounds: int = 20) -> float:
+    """GB/s at which this process's threads read memory: the median of `rounds` sums over a
+    fresh `mb` MB bf16 buffer (larger than a CPU's last-level cache, as a decode's weights,
+    with the other model's and the activations', mostly are not: an upper bound on the cost)."""
+    buf = torch.ones(mb * 2**19, dtype=torch.bfloat16)
+    buf.sum()
+    ts = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        buf.sum()
+        ts.append(time.perf_counter() - t0)
+    return mb * 2**20 / statistics.median(ts) / 1e9
 
 
 def step_bytes(lm: LM) -> int:
