@@ -164,3 +164,23 @@ def _threads(c: dict) -> str:
 
 def ct2_fp32(root: Path) -> str:
     return ct2(root, "figures/peers/val-float32")
+
+
+# docs/engines.md: the engines' calls against their weights' read time (bildlib.bench.callbench)
+CALLS = "figures/engines/calls-native-bfloat16.csv"
+
+
+def calls_block(root: Path, path: str = CALLS) -> str:
+    """One row per (model, engine) of a callbench --out CSV: the one-token step, the 10-token
+    call and its cost in steps, the weights a step reads and the step in units of their read
+    time at the measured rate; the machine under the table."""
+    df = read_csv(root, path)
+    cols = ["model", "engine", "step_ms", "call10_ms", "call10_in_steps", "weights_MB", "read_GBps", "step_in_reads"]
+    valid(df, cols)
+    rows = [[r.model, f"**{r.engine}**" if r.engine == "native" else r.engine, f"{r.step_ms:.2f}",
+             f"{r.call10_ms:.2f}", f"{r.call10_in_steps:.2f}", f"{r.weights_MB:.1f}",
+             f"{r.step_in_reads:.2f}"] for r in df.itertuples()]  # fmt: skip
+    head = ["model", "engine", "step (ms)", "10-token call (ms)", "call in steps", "weights read (MB)",
+            "step in read times"]  # fmt: skip
+    return (md_table(head, rows) + f"\n\n`{path}`: {df['machine'].iloc[0]}, {int(df['threads'].iloc[0])} "
+            f"threads, {df['dtype'].iloc[0]}; read rate {df['read_GBps'].iloc[0]:.1f} GB/s (a sum over 256 MB).")

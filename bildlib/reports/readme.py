@@ -117,6 +117,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
     "gpu-static": lambda r: _gpu().static_block(r),
     "exactness": lambda r: _exactness().block(r),  # docs/engines.md
+    "native-calls": lambda r: _bench().calls_block(r),
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
     "claims": lambda r: _claims().block(r),  # README
 }  # fmt: skip
