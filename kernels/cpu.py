@@ -44,9 +44,14 @@ def capability() -> str:
 
 
 def build_dir() -> Path:
-    """Where builds go: $BILD_BUILD_DIR, else the checkout's build/ (ignored by git)."""
-    root = os.environ.get("BILD_BUILD_DIR") or Path(__file__).resolve().parents[1] / "build"
-    return Path(root) / "torch_extensions"
+    """Where builds go: $BILD_BUILD_DIR, else the checkout's build/ (ignored by git), else (an
+    installed wheel) ~/.cache/bildlib."""
+    if root := os.environ.get("BILD_BUILD_DIR"):
+        return Path(root) / "torch_extensions"
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / "build" / "torch_extensions"
+    return Path.home() / ".cache" / "bildlib" / "torch_extensions"
 
 
 def name() -> str:

@@ -1,5 +1,5 @@
 """Is lossless BiLD exact on this machine, and what does exactness cost? On Multi30k val, the shipped
-pair, the lean engine, one dtype per run:
+pair, one engine (`--engine`: auto, native where it builds; or lean) and one dtype per run:
 
 - `check`: BiLD with distance="exact" against vanilla greedy decoding of the large model, under the
   ISA caps the environment sets (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY; `--sweep` runs each cap
@@ -36,10 +36,15 @@ import torch
 from bildlib.models import rowinv
 
 OUT = Path("figures/exactness")
-KEY = ["cpu", "isa", "dtype", "n", "code"]
+KEY = ["cpu", "isa", "dtype", "n", "code", "engine"]
 
 
-def _setup(n: int | None, dtype: str, threads: int):
+def _engines(t: pd.DataFrame) -> pd.DataFrame:
+    """Rows recorded before runs named their engine ran the lean engine."""
+    return t.assign(engine=t["engine"].fillna("lean")) if "engine" in t else t.assign(engine="lean")
+
+
+def _setup(n: int | None, dtype: str, threads: int, engine: str = "lean"):
     """(the first n val sources, encoded; {"vanilla", "lossless"}: f(source) -> output ids on the
     shipped pair in dtype)."""
     from bildlib import data
@@ -49,24 +54,25 @@ def _setup(n: int | None, dtype: str, threads: int):
 
     torch.set_num_threads(threads)
     p = PRESETS["multi30k"]
-    small, large = load_pair(p.model("aligned"), p.model("large"), "cpu", dtype, "lean")
+    small, large = load_pair(p.model("aligned"), p.model("large"), "cpu", dtype, engine)
     srcs = [small.encode(x) for x in data.load("multi30k", "val", n).sources]
     run = {"vanilla": lambda x: D.vanilla(large, x)[0],
            "lossless": lambda x: D.bild(small, large, x, distance="exact")[0]}  # fmt: skip
     return srcs, run
 
 
-def _row(dtype: str, n: int, threads: int) -> dict:
+def _row(dtype: str, n: int, threads: int, engine: str = "lean") -> dict:
     from bildlib.notebook import code_state
 
     return {"cpu": rowinv.cpu_name(), "isa": rowinv.isa(), "dtype": dtype, "n": n, "code": code_state(),
-            "threads": threads}  # fmt: skip
+            "engine": engine, "threads": threads}  # fmt: skip
 
 
-def check(n: int | None, dtype: str, threads: int = 2) -> dict:
-    """One row: lossless BiLD against vanilla on the first n val sentences (None: all)."""
-    srcs, run = _setup(n, dtype, threads)
-    head = _row(dtype, len(srcs), threads)  # the code state as the run starts
+def check(n: int | None, dtype: str, threads: int = 2, engine: str = "auto") -> dict:
+    """One row: lossless BiLD against vanilla on the first n val sentences (None: all), on
+    `engine` ("auto" recorded as what it resolved to)."""
+    srcs, run = _setup(n, dtype, threads, engine)
+    head = _row(dtype, len(srcs), threads, _resolved(engine, dtype))  # the code state as the run starts
     for f in run.values():
         f(srcs[0])  # warm-up
     ms, differ, first = dict.fromkeys(run, 0.0), 0, None
@@ -83,6 +89,18 @@ def check(n: int | None, dtype: str, threads: int = 2) -> dict:
         "differ": differ, "first_differing": first, "row_invariant": s["row_invariant"],
         "products": s["products"], "whole_call": s["whole_call"],
         **{f"{k}_ms": v / len(srcs) for k, v in ms.items()}}  # fmt: skip
+
+
+def _resolved(engine: str, dtype: str) -> str:
+    """What `engine` runs the shipped large on here in dtype ("auto": models.engine.auto_engine)."""
+    if engine != "auto":
+        return engine
+    from transformers import AutoConfig
+
+    from bildlib.experiments.presets import PRESETS
+    from bildlib.models import auto_engine
+
+    return auto_engine(AutoConfig.from_pretrained(PRESETS["multi30k"].model("large")), getattr(torch, dtype), "cpu")
 
 
 def cost(n: int | None, dtype: str, threads: int = 2) -> list[dict]:
@@ -131,19 +149,19 @@ def record(rows: list[dict], out: Path) -> None:
 
     new = pd.DataFrame(rows)
     key = KEY + (["decoder"] if "decoder" in new else [])
-    old = pd.read_csv(out) if out.is_file() else new.iloc[:0]
+    old = _engines(pd.read_csv(out)) if out.is_file() else new.iloc[:0]
     if len(old):
         old = old[~old[key].astype(str).apply(tuple, axis=1).isin(new[key].astype(str).apply(tuple, axis=1))]
     with atomic_path(out) as tmp:
         pd.concat([old, new], ignore_index=True).to_csv(tmp, index=False)
 
 
-def done(n: int, dtype: str, out: Path) -> bool:
-    """Whether out has a row of this CPU, ISA, dtype, n and code state."""
+def done(n: int, dtype: str, out: Path, engine: str = "lean") -> bool:
+    """Whether out has a row of this CPU, ISA, dtype, n, code state and engine."""
     if not out.is_file():
         return False
-    t = pd.read_csv(out).astype(str)
-    want = {k: str(v) for k, v in _row(dtype, n, 0).items() if k in KEY}
+    t = _engines(pd.read_csv(out)).astype(str)
+    want = {k: str(v) for k, v in _row(dtype, n, 0, engine).items() if k in KEY}
     return bool((t[list(want)] == pd.Series(want)).all(axis=1).any())
 
 
@@ -166,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--n", type=int, default=1014, help="val sentences (1014: all)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine", default="auto", choices=["auto", "lean", "native"],
+                    help="the check's engine (auto: native where it builds); the cost run compares lean's paths")
     ap.add_argument("--cost", action="store_true", help="the probed engine against today's, interleaved")
     ap.add_argument("--sweep", action="store_true", help="make exactness: every run, each in its own process")
     ap.add_argument("--out", type=Path, default=OUT, help="the folder of exactness.csv and cost.csv")
@@ -175,10 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     if a.sweep:
         return sweep(a.n, ["bfloat16", "float32"], a.out)
     out = a.out / ("cost.csv" if a.cost else "exactness.csv")
-    if done(a.n, a.dtype, out) and not a.strict:
+    engine = "lean" if a.cost else _resolved(a.engine, a.dtype)
+    if done(a.n, a.dtype, out, engine) and not a.strict:
         print(f"exactness: {rowinv.isa()} {a.dtype} n = {a.n} recorded already in {out}")
         return
-    rows = cost(a.n, a.dtype, a.threads) if a.cost else [check(a.n, a.dtype, a.threads)]
+    rows = cost(a.n, a.dtype, a.threads) if a.cost else [check(a.n, a.dtype, a.threads, a.engine)]
     record(rows, out)
     print(pd.DataFrame(rows).drop(columns=["products", "whole_call"], errors="ignore").to_string(index=False))
     wrong = [r for r in rows if r.get("row_invariant") and r.get("differ")]  # the check's rows

@@ -172,7 +172,7 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     rows = ct2peer.compare(models, picks, ex, bl_t, partial=partial, ct2_threads=ct_t)
     t = ct2peer.summary(rows, ex, models.preset.metric, base.label)
     names = dict(zip(head["label"], head["decoder"], strict=True))
-    names.setdefault(base.label, f"vanilla large ({models.get('large').engine} engine)")
+    names[base.label] = f"vanilla large ({models.get('large').engine} engine)"  # the engine that ran here
     t.insert(1, "label", t["decoder"])
     t["decoder"] = t["label"].map(lambda x: names.get(x, x))
     t["dtype"] = str(models.get("large").model.dtype).removeprefix("torch.")
