@@ -29,7 +29,8 @@ log = logging.getLogger("bildlib.kernels")
 SOURCE = Path(__file__).with_name("cpu_t5.cpp")
 # torch's CPU capability -> the compiler's flags for it (FMA with AVX2 and above)
 ISA = {
-    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma"],
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma",
+               "-mprefer-vector-width=512"],
     "AVX2": ["-mavx2", "-mfma"],
 }
 FLAGS = ["-O3", "-fno-fast-math", "-std=c++17", "-fopenmp"]  # OpenMP: ATen's parallel_for

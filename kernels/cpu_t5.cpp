@@ -135,7 +135,10 @@ void cross_rows(const T* x, const float* A, const float* B, const float* mask, T
                 int64_t d, int64_t H, int64_t P, float eps_d) {
   const int64_t hp = H * P;
   at::parallel_for(0, k, 2, [&](int64_t r0, int64_t r1) {  // each row whole on one thread
-  std::vector<float> h(d), s(hp), o(d);
+  std::vector<float> hv(d), sv(hp), ov(d);
+  float* __restrict__ h = hv.data();
+  float* __restrict__ s = sv.data();
+  float* __restrict__ o = ov.data();
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * d;
     float inv = 1.0f / std::sqrt(sumsq(xr, d) + eps_d);
@@ -143,13 +146,13 @@ void cross_rows(const T* x, const float* A, const float* B, const float* mask, T
     for (int64_t c = 0; c < hp; ++c) s[c] = 0.0f;
     for (int64_t i = 0; i < d; ++i) {  // s[c] summed over i in order, vectorised over c
       const float hi = h[i];
-      const float* a = A + i * hp;
+      const float* __restrict__ a = A + i * hp;
       for (int64_t c = 0; c < hp; ++c) s[c] += hi * a[c];
     }
     if (mask)
       for (int64_t c = 0; c < hp; ++c) s[c] += mask[c];
     for (int64_t g = 0; g < H; ++g) {  // softmax over each head's P keys
-      float* sg = s.data() + g * P;
+      float* sg = s + g * P;
       float m = -INFINITY, den = 0.0f;
       for (int64_t j = 0; j < P; ++j) m = sg[j] > m ? sg[j] : m;
       for (int64_t j = 0; j < P; ++j) {
@@ -161,7 +164,7 @@ void cross_rows(const T* x, const float* A, const float* B, const float* mask, T
     for (int64_t c = 0; c < d; ++c) o[c] = 0.0f;
     for (int64_t j = 0; j < hp; ++j) {
       const float p = s[j];
-      const float* b = B + j * d;
+      const float* __restrict__ b = B + j * d;
       for (int64_t c = 0; c < d; ++c) o[c] += p * b[c];
     }
     T* yr = y + r * d;

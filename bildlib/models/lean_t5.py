@@ -82,6 +82,9 @@ class LeanT5:
         # engine "native": the pieces between products as C++ calls (bildlib.kernels.cpu), on a CPU
         self.cpp = _native(model) if native else None
         self.engine = "native" if self.cpp is not None else "lean"
+        self.eps_dn = self.d * self.eps  # the C++ norms' d eps
+        self.fast = False  # layer() takes _layer_native (set_rows)
+        self.set_rows(())
 
     def set_rows(self, ops) -> None:
         """Run the decoder's op families `ops` (of OPS) one row at a time, the rest on the whole
@@ -94,6 +97,7 @@ class LeanT5:
         for w, plain in zip(self.dec, self.plain, strict=True):
             w.update({n: wrap(p) for n, p in plain.items()})
         self.lm_l = wrap(self.plain_lm)
+        self.fast = self.cpp is not None and not self.rows and not self.gated and self.act is F.relu
 
     # -- the source ---------------------------------------------------------------------------
     def begin(self, src: torch.Tensor) -> None:
@@ -132,8 +136,22 @@ class LeanT5:
         k = x.shape[0]
         if self._at != (pos, k):  # every layer of a call reads the same rows of the bias
             self._grow(pos + k)
+            self.kv.room(pos + k)
             self._at, self._bias = (pos, k), self.bias[:, pos : pos + k, : pos + k]
+        if self.fast:
+            return self._layer_native(i, x, pos)
         return self._block(x, self.dec[i], self._bias, i, pos)
+
+    def _layer_native(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
+        """_block's calls on the native engine with no op family switched and a relu feed-forward,
+        in as few Python steps: norm, qkv, attention (writing the cache), x + a o, x + cross, norm,
+        relu(h wi), x + h wo. The cache and bias table have room (layer())."""
+        w, cpp, eps = self.dec[i], self.cpp, self.eps_dn
+        qkv = w["qkv_l"](cpp.norm(x, w["ln0_n"], eps))  # (k, 3 H dh)
+        x = w["o_l"].add(cpp.attend(qkv, self.kv.kv[i], self.bias, self.H, pos), x)
+        A, B, mask = self.cross[i]
+        x = cpp.cross(x, A, B, mask, self.H, eps)
+        return w["wo_l"].add(w["wi_l"].relu(cpp.norm(x, w["lnf_n"], eps)), x)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         if self.f32:
@@ -169,7 +187,7 @@ class LeanT5:
         F.rms_norm runs a dozen (within 1e-6 of it). Half precision: w * round(x * rsqrt(|x|^2 / d
         + eps)) with the rsqrt in float32, rounded where HF's T5LayerNorm rounds."""
         if self.cpp is not None:  # the same formulas, one C++ call (its sums in its own order)
-            return self.cpp.norm(x, w, self.d * self.eps)
+            return self.cpp.norm(x, w, self.eps_dn)
         if self.f32:
             n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (k, 1)
             return torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_()).mul_(w)
@@ -219,7 +237,7 @@ class LeanT5:
         one row at a time (rows_mm), so a row's bits do not depend on the call's length."""
         A, B, mask = self.cross[i]
         if self.cpp is not None:
-            return self.cpp.cross(x, A, B, mask, self.H, self.d * self.eps)
+            return self.cpp.cross(x, A, B, mask, self.H, self.eps_dn)
         k, xf = x.shape[0], x.float()
         n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
         h = torch.mul(xf, torch.addcmul(self.eps_d, n, n).rsqrt_())  # (k, d), |h| = 1
@@ -231,7 +249,7 @@ class LeanT5:
         per row, op family "attention" switched), its keys and values written to layer i's cache."""
         k = qkv.shape[0]
         self.kv.room(pos + k)
-        cache = self.kv.buf[i]  # (2, H, T, dh)
+        cache = self.kv.kv[i]  # (2, H, T, dh)
         if each_row:
             return torch.cat([self.cpp.attend(qkv[j : j + 1], cache, self.bias, self.H, pos + j) for j in range(k)])
         return self.cpp.attend(qkv, cache, self.bias, self.H, pos)  # (k, H dh)
