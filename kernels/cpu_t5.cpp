@@ -1,4 +1,5 @@
-// The lean T5 decoder's pieces between its weight products, each one C++ call (bildlib.kernels.cpu).
+// The lean decoders' pieces between their weight products, each one C++ call (bildlib.kernels.cpu):
+// T5's norm, self-attention and folded cross-attention; the decoder-only models' self-attention.
 //
 // A decoder step in Python ops is some 60 ops a layer, each a few microseconds of dispatch and
 // allocation: on a 2-core CPU that was two thirds of the step (docs/engines-cpu.md). Here a layer
@@ -81,11 +82,57 @@ void norm_rows(const T* x, const T* w, T* y, int64_t k, int64_t d, float eps_d) 
   }
 }
 
-// Self-attention of k new tokens at positions [pos, pos + k): writes their keys and values into
-// the cache, then row r attends to keys [0, pos + r], exactly its own.
+// One query row of one head over its n keys: softmax(q k^T + b) v, b (n,) or none. bf16: the
+// score rounded, the bias added and rounded, as HF's bf16 matmul and add round them; the softmax's
+// sums in float32 in key order, the output rounded once. e (n) and num (dh) are scratch.
 template <typename T>
-void attend_rows(const T* qkv, T* cache, int64_t cap, const T* bias, int64_t tb, T* out,
-                 int64_t k, int64_t H, int64_t dh, int64_t pos) {
+void attend_one(const T* q, const T* Kh, const T* Vh, const T* b, int64_t n, int64_t dh, T* o,
+                float* e, float* num) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    float s = dot(q, Kh + j * dh, dh);
+    if (half<T>()) s = b ? round_bf16(round_bf16(s) + widen(b[j])) : round_bf16(s);
+    else if (b) s += widen(b[j]);
+    e[j] = s;
+    m = s > m ? s : m;
+  }
+  float den = 0.0f;
+  for (int64_t c = 0; c < dh; ++c) num[c] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {  // key order
+    const float p = std::exp(e[j] - m);
+    den += p;
+    const T* vj = Vh + j * dh;
+    for (int64_t c = 0; c < dh; ++c) num[c] += p * widen(vj[c]);
+  }
+  for (int64_t c = 0; c < dh; ++c) store(o + c, num[c] / den);
+}
+
+// Self-attention of k new tokens at positions [pos, pos + k): row r attends to keys [0, pos + r],
+// exactly its own. q: row r's head h at q + r * qs + h * dh; the cache (2, Hkv, cap, dh), query
+// head h reading key head h / (H / Hkv) (grouped-query attention); bias (H, tb, tb) or none.
+// Rows split over threads (two rows or more: grain 2), each row whole on one thread.
+template <typename T>
+void attend_rows(const T* q, int64_t qs, const T* cache, int64_t cap, int64_t Hkv, const T* bias,
+                 int64_t tb, T* out, int64_t k, int64_t H, int64_t dh, int64_t pos) {
+  const T* K = cache;                   // (Hkv, cap, dh)
+  const T* V = cache + Hkv * cap * dh;  // (Hkv, cap, dh)
+  const int64_t group = H / Hkv;
+  at::parallel_for(0, k, 2, [&](int64_t r0, int64_t r1) {
+    std::vector<float> e(pos + k), num(dh);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / group;
+        const T* b = bias ? bias + (h * tb + pos + r) * tb : nullptr;  // its row of the bias table
+        attend_one(q + r * qs + h * dh, K + g * cap * dh, V + g * cap * dh, b, pos + r + 1, dh,
+                   out + r * H * dh + h * dh, e.data(), num.data());
+      }
+  });
+}
+
+// T5: qkv (k, 3 H dh); writes the keys and values into the cache, then attends.
+template <typename T>
+void attend_t5(const T* qkv, T* cache, int64_t cap, const T* bias, int64_t tb, T* out, int64_t k,
+               int64_t H, int64_t dh, int64_t pos) {
   const int64_t hd = H * dh;
   T* K = cache;                 // (H, cap, dh)
   T* V = cache + H * cap * dh;  // (H, cap, dh)
@@ -94,37 +141,7 @@ void attend_rows(const T* qkv, T* cache, int64_t cap, const T* bias, int64_t tb,
       std::memcpy(K + (h * cap + pos + r) * dh, qkv + r * 3 * hd + hd + h * dh, dh * sizeof(T));
       std::memcpy(V + (h * cap + pos + r) * dh, qkv + r * 3 * hd + 2 * hd + h * dh, dh * sizeof(T));
     }
-  // rows split over threads (two rows or more: grain 2), each row whole on one thread
-  at::parallel_for(0, k, 2, [&](int64_t r0, int64_t r1) {
-  std::vector<float> e(pos + k), num(dh);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = pos + r + 1;  // this row's keys
-    for (int64_t h = 0; h < H; ++h) {
-      const T* q = qkv + r * 3 * hd + h * dh;
-      const T* b = bias + (h * tb + pos + r) * tb;  // its row of the bias table
-      const T* Kh = K + h * cap * dh;
-      const T* Vh = V + h * cap * dh;
-      float m = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        float s = dot(q, Kh + j * dh, dh);
-        // bf16: the score rounded, the bias added and rounded, as HF's bf16 matmul and add
-        s = half<T>() ? round_bf16(round_bf16(s) + widen(b[j])) : s + widen(b[j]);
-        e[j] = s;
-        m = s > m ? s : m;
-      }
-      float den = 0.0f;
-      for (int64_t c = 0; c < dh; ++c) num[c] = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {  // key order
-        float p = std::exp(e[j] - m);
-        den += p;
-        const T* vj = Vh + j * dh;
-        for (int64_t c = 0; c < dh; ++c) num[c] += p * widen(vj[c]);
-      }
-      T* o = out + r * hd + h * dh;
-      for (int64_t c = 0; c < dh; ++c) store(o + c, num[c] / den);
-    }
-  }
-  });
+  attend_rows(qkv, 3 * hd, cache, cap, H, bias, tb, out, k, H, dh, pos);
 }
 
 // x + cross-attention over a folded source (lean_t5.LeanT5.begin), in float32: h = x / |x|
@@ -217,8 +234,27 @@ torch::Tensor attend(torch::Tensor qkv, torch::Tensor cache, torch::Tensor bias,
   auto out = torch::empty({k, heads * dh}, qkv.options());
   by_dtype(qkv, [&](auto z) {
     using T = decltype(z);
-    attend_rows<T>(reinterpret_cast<const T*>(qkv.data_ptr()), reinterpret_cast<T*>(cache.data_ptr()),
-                   cap, reinterpret_cast<const T*>(bias.data_ptr()), bias.size(1),
+    attend_t5<T>(reinterpret_cast<const T*>(qkv.data_ptr()), reinterpret_cast<T*>(cache.data_ptr()),
+                 cap, reinterpret_cast<const T*>(bias.data_ptr()), bias.size(1),
+                 reinterpret_cast<T*>(out.data_ptr()), k, heads, dh, pos);
+  });
+  return out;
+}
+
+torch::Tensor attend_cached(torch::Tensor q, torch::Tensor cache, int64_t heads, int64_t pos) {
+  check(q, "q", 2);
+  check(cache, "cache", 4);
+  const int64_t k = q.size(0), hkv = cache.size(1), cap = cache.size(2), dh = cache.size(3);
+  TORCH_CHECK(cache.size(0) == 2 && heads % hkv == 0 && q.size(1) == heads * dh,
+              "cache (2, Hkv, T, dh) with Hkv dividing H, and q (k, H dh), disagree: ", cache.sizes(), " ",
+              q.sizes(), " H = ", heads);
+  TORCH_CHECK(pos >= 0 && pos + k <= cap, "pos + k = ", pos + k, " exceeds the cache's ", cap);
+  TORCH_CHECK(q.scalar_type() == cache.scalar_type(), "q and cache in one dtype");
+  auto out = torch::empty({k, heads * dh}, q.options());
+  by_dtype(q, [&](auto z) {
+    using T = decltype(z);
+    attend_rows<T>(reinterpret_cast<const T*>(q.data_ptr()), heads * dh,
+                   reinterpret_cast<const T*>(cache.data_ptr()), cap, hkv, nullptr, 0,
                    reinterpret_cast<T*>(out.data_ptr()), k, heads, dh, pos);
   });
   return out;
@@ -253,4 +289,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm", &norm, "T5's RMS norm of each row of x (k, d)");
   m.def("attend", &attend, "causal self-attention of k new tokens, written into the cache");
   m.def("cross", &cross, "x + the folded cross-attention over a source");
+  m.def("attend_cached", &attend_cached,
+        "causal self-attention of k new tokens over a cache holding their keys and values");
 }

@@ -1,9 +1,10 @@
 """Engines: what runs a model's calls behind models.lm.LM. "hf" is the Hugging Face model's own
 forward with its DynamicCache (the reference, and the path for every architecture); "lean" is
-models.lean_t5 / models.lean_causal on the same weights; "native" (T5 and mT5 on a CPU) is lean
-T5 with the pieces between its weight products as C++ calls (bildlib.kernels.cpu), built once per
-machine. "auto" (the default) is native where it runs (a T5 on a CPU where the C++ builds), else
-lean where the architecture is supported, else hf with a logged note. "static" (T5 and mT5) is models.static_t5:
+models.lean_t5 / models.lean_causal on the same weights; "native" (on a CPU) is a lean engine with
+pieces between its weight products as C++ calls (bildlib.kernels.cpu: T5's norms, self- and
+cross-attention; the decoder-only models' self-attention), built once per machine. "auto" (the
+default) is native where it runs (a lean architecture on a CPU where the C++ builds), else lean
+where the architecture is supported, else hf with a logged note. "static" (T5 and mT5) is models.static_t5:
 fixed shapes, one CUDA graph per call length and row-invariant Triton kernels on a GPU.
 
 An engine is begin(src) (encode, or prefill a prompt), forward(tokens, pos) -> logits (k, V) for
@@ -82,11 +83,11 @@ def why_not_lean(config, dtype: torch.dtype, arch: str | None = None) -> str | N
     return None
 
 
-NATIVE = ("t5", "mt5", "bild-pet-t5")  # model types engine "native" runs (lean T5's C++ pieces)
+NATIVE = tuple(LEAN)  # model types engine "native" runs: every lean one, with its C++ pieces
 
 
 def runs_native(config, dtype: torch.dtype, device) -> bool:
-    """Whether engine "native" can run this model: a T5 / mT5 lean runs, on a CPU."""
+    """Whether engine "native" can run this model: one the lean engine runs, on a CPU."""
     return (config.model_type in NATIVE and why_not_lean(config, dtype) is None
             and torch.device(device).type == "cpu")  # fmt: skip
 
@@ -117,13 +118,13 @@ def make(model, engine: str = "auto", name: str = "model"):
                                            f"not {why or model.config.model_type}; use engine='lean' or 'hf'")
     native = engine in ("auto", "native") and runs_native(model.config, model.dtype, model.device)
     if engine == "native" and not native:
-        raise UnsupportedArchitectureError(f"{name}: engine='native' runs T5 and mT5 on a CPU in float32 or "
-                                           f"bfloat16, not {why or model.config.model_type} on "
-                                           f"{model.device.type}; use engine='lean'")
+        raise UnsupportedArchitectureError(f"{name}: engine='native' runs what lean runs ({', '.join(LEAN)}) "
+                                           f"on a CPU, not {why or model.config.model_type} on "
+                                           f"{model.device.type}; use engine='lean' or 'hf'")
     if why is None:
         column_major(model)  # CPU float32: faster one-row products (layout.column_major)
         if native:
-            impl = LeanT5(model, native=True)
+            impl = LEAN[model.config.model_type](model, native=True)
             if impl.cpp is None and engine == "native":
                 raise RuntimeError(f"{name}: engine='native': {cpu.why()}")
             return impl  # lean where the C++ could not be built (cpu.load logged why)

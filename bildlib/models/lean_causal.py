@@ -3,6 +3,9 @@ tensor ops and a preallocated KV cache, layer-granular like models.lean_t5 (embe
 pos), head; positions count from the first prompt token). begin() prefills the prompt but its
 last token, which is the decoder's first (models.lm.LM).
 
+Engine "native" (native=True) runs the self-attention as one C++ call (bildlib.kernels.cpu),
+each row over exactly its keys, row-invariant by construction; the rest as lean.
+
 Row-invariant, as models.lean_t5 is: every product goes through models.linear and the
 self-attention through lean_common.attend_causal, each probed on the machine that runs
 (models.rowinv), so a token's logits have the same bits whether its call carries it alone
@@ -22,7 +25,7 @@ import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from bildlib.models.layout import fuse
-from bildlib.models.lean_common import Buffers, act_fn, attend_causal, per_row, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend_causal, native_pieces, per_row, rms
 from bildlib.models.linear import linear
 from bildlib.models.wholecall import EachRow, op
 
@@ -50,8 +53,11 @@ class _Causal:
     # in the order models.wholecall tries them; "call": a k-token call as k one-token calls
     OPS = ("norm", "act", "attention", "products", "call")
 
-    def __init__(self, model, layers: int, heads: int, kv_heads: int, dh: int):
+    def __init__(self, model, layers: int, heads: int, kv_heads: int, dh: int, native: bool = False):
         self.model, self.n_layers, self.off, self.H = model, layers, 0, heads
+        # engine "native": self-attention as one C++ call (bildlib.kernels.cpu), on a CPU
+        self.cpp = native_pieces(model) if native else None
+        self.engine = "native" if self.cpp is not None else "lean"
         self.rows: frozenset[str] = frozenset()
         self.kv = Buffers(layers, kv_heads, dh, model.dtype, model.device)
         self.scale = dh**-0.5  # scores are q k^T / sqrt(dh); attend takes q scaled
@@ -100,16 +106,26 @@ class _Causal:
         causal = per_row if "attention" in self.rows else attend_causal
         return causal(q * self.scale, k, v, self.bias[:, p : p + kq, :n])
 
+    def native(self, i: int) -> bool:
+        """Whether layer i's self-attention runs as one C++ call: the native engine, op family
+        "attention" not switched (switched, every call takes the lean path row by row)."""
+        return self.cpp is not None and "attention" not in self.rows
+
+    def attend_native(self, i: int, q: torch.Tensor, p: int) -> torch.Tensor:
+        """attend() as one C++ call, each row over exactly its keys (row-invariant by construction):
+        q (k, H dh) unscaled, layer i's cache holding this call's keys and values: (k, H dh)."""
+        return self.cpp.attend_cached(q * self.scale, self.kv.kv[i], self.H, p)
+
 
 class LeanGPT2(_Causal):
     """GPT2LMHeadModel (learned positions, pre-LayerNorm, Conv1D weights stored (in, out))."""
 
     arch = "gpt2"
 
-    def __init__(self, model):
+    def __init__(self, model, native: bool = False):
         c, t = model.config, model.transformer
         self.dh, self.eps = c.n_embd // c.n_head, c.layer_norm_epsilon
-        super().__init__(model, c.n_layer, c.n_head, c.n_head, self.dh)
+        super().__init__(model, c.n_layer, c.n_head, c.n_head, self.dh, native)
         self.wte, self.wpe = t.wte.weight, t.wpe.weight
         self.ln_f, self.act, self.lm = t.ln_f, act_fn(c.activation_function), Affine(model.lm_head.weight)
         self.blocks = t.h
@@ -126,9 +142,14 @@ class LeanGPT2(_Causal):
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
         b, w, k, H, dh, p = self.blocks[i], self.w[i], x.shape[0], self.H, self.dh, self.off + pos
         h = op(self.rows, "norm", self._ln, x, b.ln_1)
-        qkv = w["qkv"](h).view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
-        a = self.attend(qkv[0], *self.kv.put2(i, qkv[1:], p), p)  # (H, k, dh)
-        x = x + w["o"](a.transpose(0, 1).reshape(k, H * dh))
+        q2 = w["qkv"](h)  # (k, 3 H dh)
+        qkv = q2.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
+        if self.native(i):
+            self.kv.put2(i, qkv[1:], p)
+            a = self.attend_native(i, q2[:, : H * dh], p)  # (k, H dh)
+        else:
+            a = self.attend(qkv[0], *self.kv.put2(i, qkv[1:], p), p).transpose(0, 1).reshape(k, H * dh)
+        x = x + w["o"](a)
         h = op(self.rows, "norm", self._ln, x, b.ln_2)
         return x + w["proj"](op(self.rows, "act", self.act, w["fc"](h)))
 
@@ -144,11 +165,11 @@ class LeanLlama(_Causal):
 
     arch = "llama"
 
-    def __init__(self, model):
+    def __init__(self, model, native: bool = False):
         c, m = model.config, model.model
         self.Hq, self.Hkv = c.num_attention_heads, c.num_key_value_heads
         self.dh = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        super().__init__(model, c.num_hidden_layers, self.Hq, self.Hkv, self.dh)
+        super().__init__(model, c.num_hidden_layers, self.Hq, self.Hkv, self.dh, native)
         self.eps, self.act, self.rope = c.rms_norm_eps, act_fn(c.hidden_act), m.rotary_emb
         self.emb, self.norm = m.embed_tokens.weight, m.norm.weight
         self.lm = Affine(model.lm_head.weight)
@@ -175,8 +196,12 @@ class LeanLlama(_Causal):
         q, kk, v = (t.view(k, -1, dh).transpose(0, 1) for t in (q, kk, v))  # (heads, k, dh)
         cos, sin = self._rope(p, k)
         q, kk = apply_rotary_pos_emb(q, kk, cos, sin, unsqueeze_dim=0)
-        a = self.attend(q, *self.kv.put(i, kk, v, p), p)  # (Hq, k, dh)
-        x = x + w["o_l"](a.transpose(0, 1).reshape(k, -1))
+        kv = self.kv.put(i, kk, v, p)
+        if self.native(i):
+            a = self.attend_native(i, q.transpose(0, 1).reshape(k, -1), p)  # (k, Hq dh)
+        else:
+            a = self.attend(q, *kv, p).transpose(0, 1).reshape(k, -1)  # (Hq, k, dh) -> (k, Hq dh)
+        x = x + w["o_l"](a)
         g, u = w["gu_l"](op(self.rows, "norm", rms, x, w["ln1"], self.eps)).chunk(2, dim=-1)
         return x + w["down_l"](op(self.rows, "act", lambda a, b: self.act(a) * b, g, u, split=2))
 

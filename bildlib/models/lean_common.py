@@ -10,6 +10,16 @@ from transformers.activations import ACT2FN
 from bildlib.models import rowinv
 
 
+def native_pieces(model):
+    """bildlib.kernels.cpu's built module for a model on a CPU (engine "native"), or None: another
+    device, or nothing could be built here (cpu.why() says why, logged once)."""
+    if model.device.type != "cpu":
+        return None
+    from bildlib.kernels import cpu
+
+    return cpu.load()
+
+
 class UnsupportedArchitectureError(ValueError):
     """engine="lean" asked of a model the lean engine does not implement."""
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from bildlib.models.layout import fuse
-from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, per_row, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, native_pieces, per_row, rms
 from bildlib.models.linear import linear, rows_mm
 from bildlib.models.wholecall import EachRow, op
 
@@ -80,7 +80,7 @@ class LeanT5:
         self.plain = [{n: p for n, p in w.items() if n.endswith("_l")} for w in self.dec]
         self.plain_lm = self.lm_l
         # engine "native": the pieces between products as C++ calls (bildlib.kernels.cpu), on a CPU
-        self.cpp = _native(model) if native else None
+        self.cpp = native_pieces(model) if native else None
         self.engine = "native" if self.cpp is not None else "lean"
         self.eps_dn = self.d * self.eps  # the C++ norms' d eps
         self.fast = False  # layer() takes _layer_native (set_rows)
@@ -262,15 +262,6 @@ class LeanT5:
         b = self.rel_dec.compute_bias(T, T, device=self.emb.device)[0]  # (H, T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=b.device).tril()
         self.bias = torch.where(causal, b, torch.finfo(b.dtype).min).contiguous()  # as HF's SDPA mask
-
-
-def _native(model):
-    """bildlib.kernels.cpu's built module for a model on a CPU, or None (why logged)."""
-    if model.device.type != "cpu":
-        return None
-    from bildlib.kernels import cpu
-
-    return cpu.load()
 
 
 def _weights(block, fuse_kv: bool) -> dict:
