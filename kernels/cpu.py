@@ -1,6 +1,8 @@
-"""The lean T5 decoder's pieces between weight products as C++ (cpu_t5.cpp beside this file):
-`norm`, `attend` (self-attention writing the cache) and `cross` (the folded cross-attention), each
-one call for a layer's k rows, row-invariant by construction (the source's header says how).
+"""The lean decoders' pieces between weight products as C++ (cpu_t5.cpp beside this file), engine
+"native": T5's `norm`, `attend` (self-attention writing the cache) and `cross` (the folded
+cross-attention), and the decoder-only models' `attend_cached` (self-attention over a cache that
+holds the call's keys), each one call for a layer's k rows, row-invariant by construction (the
+source's header says how).
 
 `load()` builds them once per machine kind with torch's own extension builder
 (torch.utils.cpp_extension: the system's C++ compiler and ninja) into build/torch_extensions/,
@@ -64,7 +66,7 @@ def name() -> str:
 
 
 def load():
-    """The built module (norm, attend, cross), or None where it cannot be built (why())."""
+    """The built module (norm, attend, cross, attend_cached), or None where it cannot be built (why())."""
     with _lock:
         if "mod" not in _state:
             _state["mod"], _state["why"], _state["seconds"] = _build()

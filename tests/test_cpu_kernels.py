@@ -1,4 +1,5 @@
-"""bildlib.kernels.cpu, the native engine's C++ pieces: each checked against a torch reference on
+"""bildlib.kernels.cpu, the native engines' C++ pieces (T5's norm, attention and cross-attention;
+the decoder-only models' attention): each checked against a torch reference on
 irregular shapes, row-invariant by construction (a call's rows are its one-row calls' bits, at
 any cache position and thread count), clear errors, and the build cache a second process reuses."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -82,6 +84,25 @@ def test_attend_writes_the_cache_and_matches_torch(mod, dtype, H, dh, pos, k):
     torch.testing.assert_close(out.float(), ref.float(), **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H, Hkv, dh, pos, k", [(1, 1, 5, 0, 1), (4, 2, 24, 3, 7), (6, 1, 17, 30, 16), (4, 4, 64, 0, 40)])
+def test_attend_cached_matches_torch_with_grouped_query_heads(mod, dtype, H, Hkv, dh, pos, k):
+    """The decoder-only models' attention: keys already in the cache, no bias (each row sees
+    keys [0, pos + j]), query head h reading key head h // (H / Hkv) as repeat_interleave gives;
+    40 rows at once, as a prompt's prefill runs."""
+    g = torch.Generator().manual_seed(H * k + pos)
+    T = pos + k + 3
+    cache = torch.randn(2, Hkv, T, dh, generator=g).to(dtype)
+    q = torch.randn(k, H * dh, generator=g).to(dtype)
+    out = mod.attend_cached(q, cache, H, pos)
+    K, V = (t.repeat_interleave(H // Hkv, 0) for t in cache)  # (H, T, dh)
+    zero = torch.zeros(H, T, T, dtype=dtype)
+    ref = attend_ref(q.view(k, H, dh).transpose(0, 1), K, V, zero, pos).transpose(0, 1).reshape(k, H * dh)
+    torch.testing.assert_close(out.float(), ref.float(), **tol(dtype))
+    alone = torch.cat([mod.attend_cached(q[j : j + 1].clone(), cache, H, pos + j) for j in range(k)])
+    assert torch.equal(out, alone)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_calls_rows_are_its_one_row_calls_bits(mod, dtype, threads):
@@ -153,13 +174,23 @@ def test_bad_input_is_named(mod):
         mod.attend(torch.randn(3, 12), torch.zeros(2, 1, 4, 4), torch.zeros(1, 8, 8), 1, 2)
     with pytest.raises(RuntimeError, match="disagree"):
         mod.attend(torch.randn(3, 13), torch.zeros(2, 1, 8, 4), torch.zeros(1, 8, 8), 1, 0)
+    with pytest.raises(RuntimeError, match="Hkv dividing H"):
+        mod.attend_cached(torch.randn(2, 12), torch.zeros(2, 2, 8, 4), 3, 0)
     with pytest.raises(RuntimeError, match="A, B: float32"):
         mod.cross(x, torch.randn(8, 4).double(), torch.randn(4, 8), None, 2, 1e-6)
 
 
-def _python(code: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+def _emulated() -> list[str]:
+    """The emulator this process runs under (make test-cpus names its CPU model in BILD_EMULATED),
+    so that a child Python runs on the same emulated CPU and loads the same build: a child started
+    as sys.executable alone would run on the host."""
+    cpu_model = os.environ.get("BILD_EMULATED")
+    return [shutil.which("qemu-x86_64") or "qemu-x86_64", "-cpu", cpu_model] if cpu_model else []
+
+
+def _python(code: str, env: dict, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*_emulated(), sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=600, **kw)  # fmt: skip
 
 
 def test_a_second_process_imports_the_build_without_a_compiler(mod, tmp_path):
@@ -194,10 +225,8 @@ try:
 except RuntimeError as e:
     print("REFUSED", e)
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       cwd=cpu.SOURCE.parents[1],
-                       env={**os.environ, "BILD_BUILD_DIR": str(tmp_path), "CXX": "/nonexistent/c++",
-                            "PATH": "/nonexistent"})  # fmt: skip
+    r = _python(code, {"BILD_BUILD_DIR": str(tmp_path), "CXX": "/nonexistent/c++", "PATH": "/nonexistent"},
+                cwd=cpu.SOURCE.parents[1])
     out = r.stdout
     assert "ENGINE lean" in out, out + r.stderr
     assert "WHY the C++ decoder pieces could not be built in " + str(tmp_path) in out, out
