@@ -79,13 +79,15 @@ def test_attend_writes_the_cache_and_matches_torch(mod, dtype, H, dh, pos, k):
     out = mod.attend(qkv, cache, bias, H, pos)
     q, kk, v = qkv.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (H, k, dh) each
     assert torch.equal(cache[0, :, pos : pos + k], kk) and torch.equal(cache[1, :, pos : pos + k], v)
-    assert torch.equal(cache[:, :, :pos], before[:, :, :pos]) and torch.equal(cache[:, :, pos + k :], before[:, :, pos + k :])
+    assert torch.equal(cache[:, :, :pos], before[:, :, :pos])
+    assert torch.equal(cache[:, :, pos + k :], before[:, :, pos + k :])
     ref = attend_ref(q, cache[0], cache[1], bias, pos).transpose(0, 1).reshape(k, H * dh)
     torch.testing.assert_close(out.float(), ref.float(), **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("H, Hkv, dh, pos, k", [(1, 1, 5, 0, 1), (4, 2, 24, 3, 7), (6, 1, 17, 30, 16), (4, 4, 64, 0, 40)])
+@pytest.mark.parametrize("H, Hkv, dh, pos, k",
+                         [(1, 1, 5, 0, 1), (4, 2, 24, 3, 7), (6, 1, 17, 30, 16), (4, 4, 64, 0, 40)])
 def test_attend_cached_matches_torch_with_grouped_query_heads(mod, dtype, H, Hkv, dh, pos, k):
     """The decoder-only models' attention: keys already in the cache, no bias (each row sees
     keys [0, pos + j]), query head h reading key head h // (H / Hkv) as repeat_interleave gives;
@@ -123,7 +125,8 @@ def test_a_calls_rows_are_its_one_row_calls_bits(mod, dtype, threads):
                 one_cache, all_cache = base.to(dtype), base.to(dtype)
                 qkv = qkv.to(dtype)
                 rows = mod.attend(qkv, all_cache, bias, H, pos)
-                alone = torch.cat([mod.attend(qkv[j : j + 1].clone(), one_cache, bias, H, pos + j) for j in range(k)])
+                alone = torch.cat([mod.attend(qkv[j : j + 1].clone(), one_cache, bias, H, pos + j)
+                                   for j in range(k)])  # fmt: skip
                 assert torch.equal(rows, alone), (pos, k)
                 assert torch.equal(all_cache, one_cache)
                 x = (torch.randn(k, d, generator=g) * 8).to(dtype)
@@ -144,7 +147,8 @@ def cross_ref(x, A, B, mask, H, eps_d):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("k, d, H, P, padded", [(1, 48, 2, 4, False), (4, 37, 3, 5, True), (16, 384, 6, 16, True)])
+@pytest.mark.parametrize("k, d, H, P, padded",
+                         [(1, 48, 2, 4, False), (4, 37, 3, 5, True), (16, 384, 6, 16, True)])
 def test_cross_matches_torch_with_and_without_a_mask(mod, dtype, k, d, H, P, padded):
     g = torch.Generator().manual_seed(d + P)
     x = (torch.randn(k, d, generator=g) * 2).to(dtype)

@@ -38,7 +38,8 @@ def both(model, name="tiny", engine="lean"):
 
 
 # every lean engine a kind runs on: lean, and native (its C++ pieces)
-LEAN_ENGINES = [(k, e) for k in ARCHS for e in ("lean", "native")]
+BOTH = ("lean", "native")
+LEAN_ENGINES = [(k, e) for k in ARCHS for e in BOTH]
 
 
 # A schedule of calls and crops: one token, several at once, crops back, a call past 128
@@ -92,7 +93,8 @@ def test_lean_logits_equal_hf_on_the_shipped_pair(multi30k_dir):
 
     for name in ("multi30k-small", "multi30k-large"):
         model, tok = load_model(REPO / "data" / "checkpoints" / name, dtype="float32")  # HF to 1e-4
-        hf, lean, native = LM(model, tok, name, "hf"), LM(model, tok, name, "lean"), LM(model, tok, name, "native")
+        hf, lean = LM(model, tok, name, "hf"), LM(model, tok, name, "lean")
+        native = LM(model, tok, name, "native")
         for s in data.load("multi30k", "val", 5).sources:
             src = tok(s)["input_ids"]
             y = [hf.start(src)]
@@ -220,7 +222,7 @@ def test_an_unsupported_architecture_is_named_and_auto_falls_back(caplog):
         LM.from_pretrained("no/such/model", engine="fast")  # refused before anything loads
 
 
-@pytest.mark.parametrize("kind, engine", [(k, e) for k in ("t5-tied", "mt5", "gpt2", "llama") for e in ("lean", "native")])
+@pytest.mark.parametrize("kind, engine", [(k, e) for k in ("t5-tied", "mt5", "gpt2", "llama") for e in BOTH])
 def test_lean_bf16_follows_hf_bf16(kind, engine):
     """In bf16 the two engines round differently (fused matmuls), so the check is closeness: the
     same argmax nearly everywhere and logits within bf16's resolution of each other."""
@@ -240,7 +242,7 @@ def test_lean_bf16_follows_hf_bf16(kind, engine):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("kind, engine", [(k, e) for k in ("t5-tied", "mt5", "gpt2", "llama") for e in ("lean", "native")])
+@pytest.mark.parametrize("kind, engine", [(k, e) for k in ("t5-tied", "mt5", "gpt2", "llama") for e in BOTH])
 def test_a_k_token_call_gives_each_token_its_one_token_logits(kind, engine, dtype):
     """What lossless BiLD rests on, for every lean engine: a call over k tokens gives each token
     the logits, bit for bit, that the same tokens fed one at a time get (vanilla's steps), for

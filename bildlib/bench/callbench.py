@@ -54,7 +54,8 @@ def bench(
     rows = []
     for path in paths:
         model, tok = load_model(path, device, dtype)
-        engines = ("hf", "lean", "native") if runs_native(model.config, model.dtype, model.device) else ("hf", "lean")
+        native = runs_native(model.config, model.dtype, model.device)
+        engines = ("hf", "lean", "native") if native else ("hf", "lean")
         lms = {e: LM(model, tok, path, e) for e in engines}
         if compile:
             lms["lean+compile"] = LM(model, tok, path, "lean")

@@ -100,7 +100,8 @@ def _resolved(engine: str, dtype: str) -> str:
     from bildlib.experiments.presets import PRESETS
     from bildlib.models import auto_engine
 
-    return auto_engine(AutoConfig.from_pretrained(PRESETS["multi30k"].model("large")), getattr(torch, dtype), "cpu")
+    config = AutoConfig.from_pretrained(PRESETS["multi30k"].model("large"))
+    return auto_engine(config, getattr(torch, dtype), "cpu")
 
 
 def cost(n: int | None, dtype: str, threads: int = 2) -> list[dict]:
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=1014, help="val sentences (1014: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine", default="auto", choices=["auto", "lean", "native"],
-                    help="the check's engine (auto: native where it builds); the cost run compares lean's paths")
+                    help="the check's engine (auto: native where it builds); --cost compares lean's paths")
     ap.add_argument("--cost", action="store_true", help="the probed engine against today's, interleaved")
     ap.add_argument("--sweep", action="store_true", help="make exactness: every run, each in its own process")
     ap.add_argument("--out", type=Path, default=OUT, help="the folder of exactness.csv and cost.csv")

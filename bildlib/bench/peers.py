@@ -183,7 +183,8 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     checks = {"n": n_examples, "split": split, "threads": bl_t, "ct2 threads": ct_t,
               "thread probe": f"ms per sentence by threads on {threads_.PROBE} sentences: bildlib vanilla "
                               f"large {{{probe}}}, CTranslate2 {{{probe_ct}}}",
-              "device": device_name(torch.device("cpu")), "engine": f"{models.get('large').engine} / ctranslate2",
+              "device": device_name(torch.device("cpu")),
+              "engine": f"{models.get('large').engine} / ctranslate2",
               "dtype": f"{t['dtype'].iloc[0]} (bildlib), float32 (CTranslate2)",
               "block": ct2peer.BLOCK, "warmup": ct2peer.WARMUP, "ctranslate2": rows.attrs["ctranslate2"],
               "signature": t["signature"].iloc[0],

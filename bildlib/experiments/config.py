@@ -13,7 +13,8 @@ from bildlib.experiments import presets
 
 HF_METHODS = ("generate", "assisted")  # transformers' own decoders: they run on the HF engine
 METHODS = ("vanilla", "bild", "speculative", "oracle", "calm", *HF_METHODS)
-ENGINES = (None, "auto", "lean", "native", "hf", "static")  # None: the run's engine (run / sweep argument `engine`)
+# None: the run's engine (run / sweep argument `engine`)
+ENGINES = (None, "auto", "lean", "native", "hf", "static")
 MODELS = presets.MODEL_NAMES
 FLOATS = ("fallback", "rollback", "threshold", "temperature", "top_p", "tau", "verify_end_below")
 EARLY_EXIT = {"ee": ("vanilla", "bild"), "calm": ("vanilla", "calm")}  # what the early-exit models run
@@ -61,7 +62,8 @@ class Config:
             known = f"{', '.join(MODELS)} or 'student:<label>'"
             raise ValueError(f"model must be one of {known}, got {self.model!r}")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of auto, lean, native, hf, static or None, got {self.engine!r}")
+            raise ValueError(f"engine must be one of auto, lean, native, hf, static or None, "
+                             f"got {self.engine!r}")
         if self.method in HF_METHODS and self.engine not in (None, "hf"):
             raise ValueError(f"{self.method} is transformers' own generate: engine must be hf or None")
         if self.method == "generate" and self.model != "large":

@@ -41,7 +41,6 @@ from bildlib.models import (
     resolve_dtype,
     small_policy,
     stored_dtype,
-    why_not_lean,
 )
 from bildlib.models.early_exit import exit_views
 

@@ -27,7 +27,8 @@ from bildlib.models.load import (
 )
 
 __all__ = [
-    "ENGINES", "LM", "auto_engine", "ModelUnavailableError", "UnsupportedArchitectureError", "early_exit_pair",
+    "ENGINES", "LM", "auto_engine", "ModelUnavailableError", "UnsupportedArchitectureError",
+    "early_exit_pair",
     "why_not_lean", "check_dtype", "check_engine", "check_pair", "check_same_vocab", "check_vocab",
     "load_model", "load_pair", "load_tokenizer", "locate", "native_bf16", "resolve_device",
     "pet", "resolve_dtype", "small_policy", "stored_dtype",

@@ -251,7 +251,8 @@ class LeanT5:
         self.kv.room(pos + k)
         cache = self.kv.kv[i]  # (2, H, T, dh)
         if each_row:
-            return torch.cat([self.cpp.attend(qkv[j : j + 1], cache, self.bias, self.H, pos + j) for j in range(k)])
+            return torch.cat([self.cpp.attend(qkv[j : j + 1], cache, self.bias, self.H, pos + j)
+                              for j in range(k)])  # fmt: skip
         return self.cpp.attend(qkv, cache, self.bias, self.H, pos)  # (k, H dh)
 
     def _grow(self, n: int) -> None:

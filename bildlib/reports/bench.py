@@ -175,7 +175,8 @@ def calls_block(root: Path, path: str = CALLS) -> str:
     call and its cost in steps, the weights a step reads and the step in units of their read
     time at the measured rate; the machine under the table."""
     df = read_csv(root, path)
-    cols = ["model", "engine", "step_ms", "call10_ms", "call10_in_steps", "weights_MB", "read_GBps", "step_in_reads"]
+    cols = ["model", "engine", "step_ms", "call10_ms", "call10_in_steps", "weights_MB", "read_GBps",
+            "step_in_reads"]  # fmt: skip
     valid(df, cols)
     rows = [[r.model, f"**{r.engine}**" if r.engine == "native" else r.engine, f"{r.step_ms:.2f}",
              f"{r.call10_ms:.2f}", f"{r.call10_in_steps:.2f}", f"{r.weights_MB:.1f}",
@@ -183,4 +184,5 @@ def calls_block(root: Path, path: str = CALLS) -> str:
     head = ["model", "engine", "step (ms)", "10-token call (ms)", "call in steps", "weights read (MB)",
             "step in read times"]  # fmt: skip
     return (md_table(head, rows) + f"\n\n`{path}`: {df['machine'].iloc[0]}, {int(df['threads'].iloc[0])} "
-            f"threads, {df['dtype'].iloc[0]}; read rate {df['read_GBps'].iloc[0]:.1f} GB/s (a sum over 256 MB).")
+            f"threads, {df['dtype'].iloc[0]}; read rate {df['read_GBps'].iloc[0]:.1f} GB/s "
+            "(a sum over 256 MB).")

@@ -52,7 +52,8 @@ def block(root: Path) -> str:
                  _differ(r)] for _, r in g.sort_values(["dtype", "isa"]).iterrows()]  # fmt: skip
         isa = g["isa"].iloc[0].split(",")[0]
         out.append(f"*`make exactness` on {cpu}, ISA {isa}, code state `{code}`, {engine} engine: n = {n} "
-                   f"val sentences, {threads} threads; each cap in its own process.*\n\n" + md_table(head, rows))
+                   f"val sentences, {threads} threads; each cap in its own process.*\n\n"
+                   + md_table(head, rows))
     if (root / FOLDER / "cost.csv").is_file():
         out.append(cost(root))
     return "\n\n".join(out)
