@@ -247,7 +247,7 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             assert h["label"]["BiLD lossless (exact), with student"].startswith("bild-student-")
             assert "verify-below" in h["label"][h.index.str.contains("verify_end_below")].iloc[0]
             assert h["ran_on"]["vanilla large (hf engine)"] == "hf"
-            v = h["score"]["vanilla large (lean engine)"]
+            v = h["score"]["vanilla large (native engine)"]  # auto: native, built here as in CI
             for lossless in ("HF generate (large, greedy)", "HF assisted generation, defaults",
                              "vanilla large (hf engine)", "BiLD lossless (exact)",
                              "BiLD lossless (exact), with student"):  # fmt: skip

@@ -18,6 +18,8 @@ what each choice below saves.
   decoder call's cross-attention is two products with these small matrices and a softmax,
   instead of two weight products, two bmm and the casts around them. P is S rounded up to a
   multiple of 4 (the padding masked): rows_mm keeps a row's bits only for such widths.
+- native=True (engine "native"): the norms, self-attention and cross-attention as C++ calls
+  (bildlib.kernels.cpu), row-invariant by construction; the products as above.
 
 The decoder's op families (OPS) can each run one row at a time (`set_rows`), where the load-time
 whole-call check (models.wholecall) finds that a k-token call keeps no one-token call's bits.
@@ -82,8 +84,7 @@ class LeanT5:
         # engine "native": the pieces between products as C++ calls (bildlib.kernels.cpu), on a CPU
         self.cpp = native_pieces(model) if native else None
         self.engine = "native" if self.cpp is not None else "lean"
-        self.eps_dn = self.d * self.eps  # the C++ norms' d eps
-        self.fast = False  # layer() takes _layer_native (set_rows)
+        self.eps_dn, self.fast = self.d * self.eps, False  # the C++ norms' d eps; fast: set_rows
         self.set_rows(())
 
     def set_rows(self, ops) -> None:
@@ -200,18 +201,16 @@ class LeanT5:
         are its products (models.linear), "_n" its norm weights as _norm takes them."""
         k, H, dh = x.shape[0], self.H, self.dh
         rows = self.rows if i is not None else frozenset()  # the encoder's calls are not checked
-        h = op(rows, "norm", self._norm, x, w["ln0_n"])
-        h_qkv = w["qkv_l"](h)  # (k, 3 H dh)
+        h_qkv = w["qkv_l"](op(rows, "norm", self._norm, x, w["ln0_n"]))  # (k, 3 H dh)
         qkv = h_qkv.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         if i is None:  # the encoder, once per source
             a = attend(qkv[0], qkv[1], qkv[2], bias)
         else:  # write this call's keys and values, attend to the whole prefix
-            # the prefix path in half precision only: there one row alone is a slow bmm (an addmm
-            # per head), in float32 a fast one, cheaper than prefix's ops at a one-token step (its
-            # calls are decode calls, so prefix's rows x keys sums stay small; attend_causal)
+            # prefix in half precision only: there one row alone is a slow bmm (an addmm per head),
+            # in float32 a fast one, cheaper than prefix's ops at a one-token step (attend_causal)
             if self.cpp is not None:  # writes the cache, each row over exactly its keys; (k, H dh)
-                x = w["o_l"].add(self._attend_native(h_qkv, i, pos, "attention" in rows), x)
-                return self._rest(x, w, rows, i)
+                a = self._attend_native(h_qkv, i, pos, "attention" in rows)
+                return self._rest(w["o_l"].add(a, x), w, rows, i)
             kv = self.kv.put2(i, qkv[1:], pos)  # writes this call's keys and values; (H, pos + k, dh) each
             a = (per_row(qkv[0], *kv, bias) if "attention" in rows else
                  attend_causal(qkv[0], *kv, bias, prefix=not self.f32))  # (H, k, dh)
@@ -245,15 +244,12 @@ class LeanT5:
         return rows_mm(p.view(k, -1), B, xf).to(x.dtype)
 
     def _attend_native(self, qkv: torch.Tensor, i: int, pos: int, each_row: bool) -> torch.Tensor:
-        """Self-attention of qkv's k rows (k, 3 H dh) at [pos, pos + k) in one C++ call (or one
-        per row, op family "attention" switched), its keys and values written to layer i's cache."""
-        k = qkv.shape[0]
-        self.kv.room(pos + k)
-        cache = self.kv.kv[i]  # (2, H, T, dh)
+        """Self-attention of qkv's k rows (k, 3 H dh) at [pos, pos + k) in one C++ call (one per
+        row: "attention" switched), writing layer i's cache (2, H, T, dh; room made in layer())."""
+        f, cache, H = self.cpp.attend, self.kv.kv[i], self.H
         if each_row:
-            return torch.cat([self.cpp.attend(qkv[j : j + 1], cache, self.bias, self.H, pos + j)
-                              for j in range(k)])  # fmt: skip
-        return self.cpp.attend(qkv, cache, self.bias, self.H, pos)  # (k, H dh)
+            return torch.cat([f(qkv[j : j + 1], cache, self.bias, H, pos + j) for j in range(len(qkv))])
+        return f(qkv, cache, self.bias, H, pos)  # (k, H dh)
 
     def _grow(self, n: int) -> None:
         """The bias table covers n positions (doubling, so a long output rebuilds it rarely)."""
