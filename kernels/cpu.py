@@ -58,7 +58,7 @@ def build_dir() -> Path:
 
 
 def name() -> str:
-    """The module's name: the source's and flags' hash and the instruction set."""
+    """The module's name: the instruction set, and a hash of the source, torch's version and the flags."""
     cap = capability()
     what = " ".join([torch.__version__, *FLAGS, *ISA.get(cap, [])])  # a built library fits one torch
     h = hashlib.sha256(SOURCE.read_bytes() + what.encode()).hexdigest()[:12]
@@ -90,10 +90,14 @@ def _build():
     d = build_dir() / name()
     built = d / f"{name()}.so"
     if built.is_file() and not (d / "lock").exists():  # built (no build under way): imported as it is
-        spec = importlib.util.spec_from_file_location(name(), built)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod, None, time.perf_counter() - t0
+        try:
+            spec = importlib.util.spec_from_file_location(name(), built)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            return mod, None, time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 - a library that does not load here is built again
+            log.warning("%s does not load here (%s: %s); building it again", built, type(e).__name__, e)
+            built.unlink(missing_ok=True)  # so that ninja links it anew
     try:
         d.mkdir(parents=True, exist_ok=True)
         mod = cpp_extension.load(

@@ -212,6 +212,23 @@ def test_a_second_process_imports_the_build_without_a_compiler(mod, tmp_path):
     assert so[0].stat().st_mtime_ns == stamp  # nothing rebuilt
 
 
+def test_a_build_that_does_not_load_is_built_again(mod, tmp_path, monkeypatch):
+    """A library in the build folder that does not load (another machine's, a broken file) is
+    built anew, not an error: here a file of junk under the expected name."""
+    import shutil as sh
+
+    src = cpu.build_dir() / cpu.name()
+    monkeypatch.setenv("BILD_BUILD_DIR", str(tmp_path))
+    d = cpu.build_dir() / cpu.name()
+    sh.copytree(src, d)  # the build files, so that ninja finds nothing to do but relink
+    (d / f"{cpu.name()}.so").write_bytes(b"not a library")
+    monkeypatch.setattr(cpu, "_state", {})
+    m = cpu.load()
+    assert m is not None, cpu.why()
+    x = torch.randn(2, 8)
+    assert torch.equal(m.norm(x, torch.ones(8), 1e-6), mod.norm(x, torch.ones(8), 1e-6))
+
+
 def test_without_a_compiler_auto_runs_lean_and_native_says_why(tmp_path):
     """Nothing built and no compiler: load() gives None and why() names the build folder; engine
     "auto" then runs the lean engine's Python ops, and engine "native" is refused with the reason."""
