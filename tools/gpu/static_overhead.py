@@ -1,7 +1,8 @@
 """Where a sentence's time goes on the static engine (run by hand on the H200 of 2026-11-28, at
-commit fd563c4, after the regime and lossless parts; output in overhead.txt; the large model
-was `l` then, renamed here for the linter). Run from the repository root on a CUDA machine:
-PYTHONPATH=. python figures/gpu/static/by-hand/overhead.py"""
+commit fd563c4 as figures/gpu/static/by-hand/overhead.py, after the regime and lossless parts;
+output in figures/gpu/static/by-hand/overhead.txt, whose README names this script; the large
+model was `l` then, renamed here for the linter). Run from the repository root on a CUDA machine:
+PYTHONPATH=. python tools/gpu/static_overhead.py"""
 import time
 
 import torch
