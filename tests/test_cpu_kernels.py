@@ -215,12 +215,10 @@ def test_a_second_process_imports_the_build_without_a_compiler(mod, tmp_path):
 def test_a_build_that_does_not_load_is_built_again(mod, tmp_path, monkeypatch):
     """A library in the build folder that does not load (another machine's, a broken file) is
     built anew, not an error: here a file of junk under the expected name."""
-    import shutil as sh
-
     src = cpu.build_dir() / cpu.name()
     monkeypatch.setenv("BILD_BUILD_DIR", str(tmp_path))
     d = cpu.build_dir() / cpu.name()
-    sh.copytree(src, d)  # the build files, so that ninja finds nothing to do but relink
+    shutil.copytree(src, d)  # the build files, so that ninja finds nothing to do but relink
     (d / f"{cpu.name()}.so").write_bytes(b"not a library")
     monkeypatch.setattr(cpu, "_state", {})
     m = cpu.load()

@@ -39,8 +39,9 @@ OUT = Path("figures/exactness")
 KEY = ["cpu", "isa", "dtype", "n", "code", "engine"]
 
 
-def _engines(t: pd.DataFrame) -> pd.DataFrame:
-    """Rows recorded before runs named their engine ran the lean engine."""
+def with_engines(t: pd.DataFrame) -> pd.DataFrame:
+    """t with its engine column filled: rows recorded before runs named their engine ran the
+    lean engine (the exactness block reads them so too: bildlib.reports.exactness)."""
     return t.assign(engine=t["engine"].fillna("lean")) if "engine" in t else t.assign(engine="lean")
 
 
@@ -150,7 +151,7 @@ def record(rows: list[dict], out: Path) -> None:
 
     new = pd.DataFrame(rows)
     key = KEY + (["decoder"] if "decoder" in new else [])
-    old = _engines(pd.read_csv(out)) if out.is_file() else new.iloc[:0]
+    old = with_engines(pd.read_csv(out)) if out.is_file() else new.iloc[:0]
     if len(old):
         old = old[~old[key].astype(str).apply(tuple, axis=1).isin(new[key].astype(str).apply(tuple, axis=1))]
     with atomic_path(out) as tmp:
@@ -161,7 +162,7 @@ def done(n: int, dtype: str, out: Path, engine: str = "lean") -> bool:
     """Whether out has a row of this CPU, ISA, dtype, n, code state and engine."""
     if not out.is_file():
         return False
-    t = _engines(pd.read_csv(out)).astype(str)
+    t = with_engines(pd.read_csv(out)).astype(str)
     want = {k: str(v) for k, v in _row(dtype, n, 0, engine).items() if k in KEY}
     return bool((t[list(want)] == pd.Series(want)).all(axis=1).any())
 

@@ -106,9 +106,9 @@ class _Causal:
         causal = per_row if "attention" in self.rows else attend_causal
         return causal(q * self.scale, k, v, self.bias[:, p : p + kq, :n])
 
-    def native(self, i: int) -> bool:
-        """Whether layer i's self-attention runs as one C++ call: the native engine, op family
-        "attention" not switched (switched, every call takes the lean path row by row)."""
+    def native(self) -> bool:
+        """Whether self-attention runs as one C++ call: the native engine, op family "attention"
+        not switched (switched, every call takes the lean path row by row)."""
         return self.cpp is not None and "attention" not in self.rows
 
     def attend_native(self, i: int, q: torch.Tensor, p: int) -> torch.Tensor:
@@ -144,7 +144,7 @@ class LeanGPT2(_Causal):
         h = op(self.rows, "norm", self._ln, x, b.ln_1)
         q2 = w["qkv"](h)  # (k, 3 H dh)
         qkv = q2.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
-        if self.native(i):
+        if self.native():
             self.kv.put2(i, qkv[1:], p)
             a = self.attend_native(i, q2[:, : H * dh], p)  # (k, H dh)
         else:
@@ -197,7 +197,7 @@ class LeanLlama(_Causal):
         cos, sin = self._rope(p, k)
         q, kk = apply_rotary_pos_emb(q, kk, cos, sin, unsqueeze_dim=0)
         kv = self.kv.put(i, kk, v, p)
-        if self.native(i):
+        if self.native():
             a = self.attend_native(i, q.transpose(0, 1).reshape(k, -1), p)  # (k, Hq dh)
         else:
             a = self.attend(q, *kv, p).transpose(0, 1).reshape(k, -1)  # (Hq, k, dh) -> (k, Hq dh)

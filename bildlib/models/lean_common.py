@@ -38,28 +38,24 @@ class Buffers:
         self.k, self.v = list(self.buf[:, 0]), list(self.buf[:, 1])  # per layer (H, T, dh) views
         self.kv = list(self.buf)  # per layer (2, H, T, dh) views
 
-    def put(self, i: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        n = pos + k.shape[1]  # k, v: (H, k, dh)
+    def room(self, n: int) -> None:
+        """Room for n positions: buf grown (doubling, longer()) where it holds fewer."""
         if n > self.T:
             self.buf = longer(self.buf, n)
             self._views()
+
+    def put(self, i: int, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = pos + k.shape[1]  # k, v: (H, k, dh)
+        self.room(n)
         K, V = self.k[i], self.v[i]
         K[:, pos:n] = k
         V[:, pos:n] = v
         return K[:, :n], V[:, :n]  # (H, n, dh) each
 
-    def room(self, n: int) -> None:
-        """Room for n positions (buf grown as put() grows it)."""
-        if n > self.T:
-            self.buf = longer(self.buf, n)
-            self._views()
-
     def put2(self, i: int, kv: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
         """put() for keys and values as one (2, H, k, dh) tensor: one copy instead of two."""
         n = pos + kv.shape[2]
-        if n > self.T:
-            self.buf = longer(self.buf, n)
-            self._views()
+        self.room(n)
         self.kv[i].narrow(2, pos, kv.shape[2]).copy_(kv)
         return self.k[i].narrow(1, 0, n), self.v[i].narrow(1, 0, n)  # (H, n, dh) each
 

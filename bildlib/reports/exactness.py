@@ -44,8 +44,9 @@ def block(root: Path) -> str:
     out = []
     head = ["dtype", "ISA cap", "product paths chosen here", "whole-call check (models.wholecall)",
             "all found invariant", "lossless BiLD ≠ vanilla greedy"]  # fmt: skip
-    # rows from before runs named their engine ran the lean one (bildlib.bench.exactness)
-    t["engine"] = t["engine"].fillna("lean") if "engine" in t else "lean"
+    from bildlib.bench.exactness import with_engines  # it imports torch: only when asked
+
+    t = with_engines(t)
     for (cpu, code, engine), g in t.groupby(["cpu", "code", "engine"], sort=False):
         n, threads = ", ".join(map(str, sorted(set(g["n"])))), ", ".join(map(str, sorted(set(g["threads"]))))
         rows = [[r["dtype"], _cap(r["isa"]), r["products"], _calls(r), _yes(r["row_invariant"]),
