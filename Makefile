@@ -290,21 +290,21 @@ models: $(STAMP)
 # The early-exit models of fig6 / fig7 (paper 4.4; docs/early-exit.md): the shipped large fine-tuned with two exits
 # (multi30k-ee) and with CALM's weighted exits (multi30k-calm). Not committed (the tracked tree
 # must stay under 60 MB); each run resumes from its last finished epoch. docs/early-exit.md. Their
-# cards go beside them and to build/cards/, compared with the committed ones (bildlib.reports.cards).
+# cards go beside them and to build/cards/, compared with the committed ones (bildlib.reports.modelcard).
 models-ee: $(STAMP)
 	$(TRAIN) multi30k-ee $(TRAIN_ARGS)
 	$(TRAIN) multi30k-calm $(TRAIN_ARGS)
-	$(BIN)/python -m bildlib.reports.modelcard_ee
+	$(BIN)/python -m bildlib.reports.modelcard ee
 
 # The student, the small model made for BiLD (docs/data-and-models.md, Students): the winner of
 # notebooks/small_models.ipynb, the small shape distilled from the shipped large's top 32 on its
 # greedy outputs (bildlib.train.distill, train.topk; about 25 min on 2 CPU cores), then its card
-# (bildlib.reports.modelcard_student) beside it and in build/cards/, compared with the committed card
-# (data/checkpoints/cards/), which a build leaves as it is (bildlib.reports.cards; --publish replaces it).
+# (bildlib.reports.modelcard student) beside it and in build/cards/, compared with the committed card
+# (data/checkpoints/cards/), which a build leaves as it is (bildlib.reports.modelcard; --publish replaces it).
 # Not committed (the tree's 63 MB budget); the run resumes from its last finished epoch.
 models-student: $(STAMP)
 	$(TRAIN) multi30k-student-top32 $(TRAIN_ARGS)
-	$(BIN)/python -m bildlib.reports.modelcard_student
+	$(BIN)/python -m bildlib.reports.modelcard student
 
 # The other candidate students of notebooks/small_models.ipynb (kd: the first student, the teacher
 # in the training loop), then PET's ablations (notebooks/pet.ipynb), in train.config.CANDIDATES and
@@ -370,7 +370,7 @@ models-lm: $(STAMP)
 	$(TRAIN) multi30k-lm-large $(TRAIN_ARGS)
 	$(TRAIN) multi30k-lm-small $(TRAIN_ARGS)
 	$(TRAIN) multi30k-lm-student $(TRAIN_ARGS)
-	$(BIN)/python -m bildlib.reports.modelcard_lm
+	$(BIN)/python -m bildlib.reports.modelcard lm
 
 # Table 2 (perplexity under fallback-only BiLD) and the decoder-only frontier into figures/
 # (needs make models-lm; PRESET=wikitext2-gpt2 runs GPT-2 on WikiText-2 from the hub instead)
@@ -385,7 +385,7 @@ figures-lm-student: $(STAMP)
 	  notebooks/table2_lm.ipynb build/notebooks/table2_lm-student.ipynb
 
 cards: $(STAMP)
-	$(BIN)/python -m bildlib.reports.modelcard
+	$(BIN)/python -m bildlib.reports.modelcard pair
 
 clean-venv:
 	rm -rf $(VENV)

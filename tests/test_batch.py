@@ -209,9 +209,10 @@ def test_sweeps_take_a_batch_size(env, monkeypatch):
     """batch_size 1 keeps every key as it was; batch 4 gives the same outputs under new keys, its
     rows record it, share their chunk's time, and an interrupted batched sweep resumes."""
     grid = [X.bild("aligned", 0.5, 1.0), X.speculative("aligned", 3)]
-    kw = dict(n_examples=10, results=env, baseline_repeats=1, progress=False)
-    one = X.sweep(PRESET, grid, **kw)
-    alone = X.run(PRESET, grid[0], n_examples=10, results=env, progress=False)
+    kw = dict(n_examples=10, baseline_repeats=1, progress=False)
+    s = X.RunSettings(results=env)
+    one = X.sweep(PRESET, grid, settings=s, **kw)
+    alone = X.run(PRESET, grid[0], n_examples=10, progress=False, settings=X.RunSettings(results=env))
     assert "batch_size" not in alone.attrs["spec"]
     calls = {"n": 0}
     real = measure.decode_batch
@@ -224,11 +225,11 @@ def test_sweeps_take_a_batch_size(env, monkeypatch):
 
     monkeypatch.setattr(measure, "decode_batch", dies)
     with pytest.raises(KeyboardInterrupt):
-        X.sweep(PRESET, grid, batch_size=4, flush_every=4, **kw)
+        X.sweep(PRESET, grid, flush_every=4, settings=s.replace(batch_size=4), **kw)
     kept = sorted(len(pd.read_parquet(f)) for f in (env / PRESET).glob("*.partial.parquet"))
     assert kept == [4, 4, 8, 8]  # flushed after each chunk
     calls["n"] = -100
-    four = X.sweep(PRESET, grid, batch_size=4, flush_every=4, **kw)
+    four = X.sweep(PRESET, grid, flush_every=4, settings=s.replace(batch_size=4), **kw)
     assert calls["n"] + 100 == 4 + 2 + 2 * 2  # warm-ups, then only the missing chunks (the last holds 2)
     assert not list((env / PRESET).glob("*.partial.parquet")) and not four.duplicated(["label", "id"]).any()
     assert (one["batch_size"] == 1).all() and (four["batch_size"] == 4).all()
@@ -239,9 +240,14 @@ def test_sweeps_take_a_batch_size(env, monkeypatch):
     assert chunk["latency_s"].nunique() == 1
     assert chunk["batch_s"].iloc[0] == pytest.approx(4 * chunk["latency_s"].iloc[0])
     with pytest.raises(ValueError, match="batch_size > 1 runs greedy vanilla, bild, speculative"):
-        X.run(PRESET, X.Config("oracle", "aligned", threshold=0.5), batch_size=4, n_examples=4, results=env)
+        X.run(
+            PRESET,
+            X.Config("oracle", "aligned", threshold=0.5),
+            n_examples=4,
+            settings=X.RunSettings(results=env, batch_size=4),
+        )
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
-        X.run(PRESET, grid[0], batch_size=0, n_examples=4, results=env)
+        X.run(PRESET, grid[0], n_examples=4, settings=X.RunSettings(results=env, batch_size=0))
 
 
 # --- make bench-batch ---------------------------------------------------------------------------

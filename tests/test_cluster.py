@@ -34,8 +34,8 @@ def own_baselines_hold(df: pd.DataFrame) -> None:
 
 def test_local_shards_have_their_own_baselines_and_keys(env):
     run = dict(n_examples=4, baseline_repeats=2, progress=False)
-    one = X.sweep(PRESET, GRID, results=env / "one", **run)
-    two = X.sweep(PRESET, GRID, results=env / "two", shards=2, **run)
+    one = X.sweep(PRESET, GRID, settings=X.RunSettings(results=env / "one"), **run)
+    two = X.sweep(PRESET, GRID, shards=2, settings=X.RunSettings(results=env / "two"), **run)
     # one shard keys its rows by its members too (like for like), as 1 of 1
     assert one.attrs["shards"] == 1 and set(one["shard"]) == {0}
     specs = [json.loads(pq.read_schema(f).metadata[b"bildlib"])["spec"] for f in (env / "one").rglob("*.pa*")]
@@ -55,21 +55,21 @@ def test_local_shards_have_their_own_baselines_and_keys(env):
     files = {f.name for f in (env / "two" / PRESET).glob("*.parquet")}
     assert len(files) == 9 and not files & {f.name for f in (env / "one" / PRESET).glob("*.parquet")}
     assert two.attrs["decoded"] == {0: 4 * 5, 1: 4 * 4}  # shard 0: 2 baselines + 3 configs; shard 1: 2 + 2
-    again = X.sweep(PRESET, GRID, results=env / "two", shards=2, **run)
+    again = X.sweep(PRESET, GRID, shards=2, settings=X.RunSettings(results=env / "two"), **run)
     assert again.attrs["decoded"] == {0: 0, 1: 0}
     pd.testing.assert_frame_equal(two, again, check_like=True)
 
 
 def test_bad_executor_arguments_are_clear_errors(env, monkeypatch):
     with pytest.raises(ValueError, match="executor must be one of local, ray"):
-        X.sweep(PRESET, GRID, n_examples=2, results=env, executor="slurm")
+        X.sweep(PRESET, GRID, n_examples=2, executor="slurm", settings=X.RunSettings(results=env))
     with pytest.raises(ValueError, match="address names a Ray cluster"):
-        X.sweep(PRESET, GRID, n_examples=2, results=env, address="auto")
+        X.sweep(PRESET, GRID, n_examples=2, address="auto", settings=X.RunSettings(results=env))
     with pytest.raises(ValueError, match="shards must be an integer >= 1"):
-        X.sweep(PRESET, GRID, n_examples=2, results=env, shards=0)
+        X.sweep(PRESET, GRID, n_examples=2, shards=0, settings=X.RunSettings(results=env))
     monkeypatch.setitem(__import__("sys").modules, "ray", None)  # Ray not installed
     with pytest.raises(ModuleNotFoundError, match=r"pip install -e '\.\[cluster\]'"):
-        X.sweep(PRESET, GRID, n_examples=2, results=env, executor="ray")
+        X.sweep(PRESET, GRID, n_examples=2, executor="ray", settings=X.RunSettings(results=env))
 
 
 def test_unreachable_address_fails_within_seconds(tmp_path):
@@ -108,14 +108,16 @@ def ray2(multi30k_dir):
 # Two 1-thread shards and Ray's own processes share the 2 CPUs: the busy meter says so, rightly.
 pytestmark_busy = pytest.mark.filterwarnings("ignore::bildlib.experiments.busy.BusyMachineWarning")
 RAY_GRID = [X.bild("aligned", 0.5, 1.0), X.bild("aligned", 0.9, 3.0), X.bild("small", 0.6, 2.0)]
-RUN = dict(n_examples=4, baseline_repeats=1, threads=1, warmup=1, progress=False)
+RUN = dict(n_examples=4, baseline_repeats=1, progress=False)
+ONE = X.RunSettings(threads=1, warmup=1)  # one thread a shard, one warm-up example
 
 
 @pytestmark_busy
 def test_ray_sweep_in_two_shards_equals_local(ray2, tmp_path, capsys):
-    local = X.sweep("multi30k", RAY_GRID, results=tmp_path / "local", shards=2, **RUN)
+    local = X.sweep("multi30k", RAY_GRID, shards=2, settings=ONE.replace(results=tmp_path / "local"), **RUN)
     shown = dict(RUN, progress=True)
-    rayed = X.sweep("multi30k", RAY_GRID, results=tmp_path / "ray", executor="ray", shards=2, **shown)
+    on_ray = ONE.replace(results=tmp_path / "ray")
+    rayed = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, settings=on_ray, **shown)
     bar = capsys.readouterr().err  # one bar on the driver, fed by both workers
     assert "2 shards on Ray" in bar and "28/28" in bar and "configurations 7/7" in bar
     assert rayed.attrs["shards"] == 2 and rayed.attrs["signature"] == local.attrs["signature"]
@@ -136,7 +138,8 @@ def test_ray_sweep_in_two_shards_equals_local(ray2, tmp_path, capsys):
 
 
 N_KILL = 8  # examples a job: shard 1 flushes every 2 and is killed before its last
-KILL = dict(RUN, n_examples=N_KILL, warmup=0, flush_every=2)
+KILL = dict(RUN, n_examples=N_KILL, flush_every=2)
+KILL_SETTINGS = ONE.replace(warmup=0)
 
 
 def sweep_and_kill_shard_1(results, retries: int) -> tuple[dict, int]:
@@ -147,7 +150,7 @@ def sweep_and_kill_shard_1(results, retries: int) -> tuple[dict, int]:
     def sweep():
         try:
             out["df"] = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=retries,
-                                results=results, **KILL)  # fmt: skip
+                                settings=KILL_SETTINGS.replace(results=results), **KILL)  # fmt: skip
         except Exception as e:  # noqa: BLE001 - the test inspects it
             out["error"] = e
 
@@ -188,7 +191,8 @@ def test_killed_worker_then_rerun_recomputes_only_the_lost_rows(ray2, tmp_path):
     on_disk = sum(len(pd.read_parquet(f)) for f in (tmp_path / "multi30k").glob("*.parquet"))
     assert N_KILL * 4 < on_disk < TOTAL  # shard 0 (4 jobs) whole, shard 1 (3 jobs) in part: what it flushed
 
-    again = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=0, results=tmp_path, **KILL)
+    on_ray = KILL_SETTINGS.replace(results=tmp_path)
+    again = X.sweep("multi30k", RAY_GRID, executor="ray", shards=2, retries=0, settings=on_ray, **KILL)
     assert again.attrs["decoded"] == {0: 0, 1: TOTAL - on_disk}  # only the lost shard's missing rows
     all_rows_once(again, tmp_path)
 

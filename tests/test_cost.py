@@ -108,7 +108,9 @@ def test_cost_model_errors_and_the_paper_shapes():
 
 def test_calls_behind_a_sweeps_rows(env):
     grid = [X.bild("aligned", 0.5, 1.0)]
-    df = X.sweep(PRESET, grid, n_examples=6, results=env, baseline_repeats=1, progress=False)
+    df = X.sweep(
+        PRESET, grid, n_examples=6, baseline_repeats=1, progress=False, settings=X.RunSettings(results=env)
+    )
     models = X.Models(X.with_checkpoints(X.presets.get(PRESET), None))
     forward = LM.forward
     for c in (X.vanilla("large"), grid[0]):

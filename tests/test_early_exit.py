@@ -248,7 +248,8 @@ def test_early_exit_configurations_and_their_errors():
 def test_early_exit_model_card_measures_every_exit(tmp_path, multi30k_dir):
     import json
 
-    from bildlib.reports import modelcard_ee
+    from bildlib.bench import models as measured
+    from bildlib.reports import modelcard
 
     save_tiny(tiny_t5(), tmp_path / "multi30k-ee")
     cfg = {"exits": "ee", "exit_layer": 1, "optimizer": "adafactor", "lr": 0.01, "n_val": 300}
@@ -256,13 +257,13 @@ def test_early_exit_model_card_measures_every_exit(tmp_path, multi30k_dir):
     log = {"command": "python -m bildlib.train multi30k-ee", "wall_s": 60.0, "machine": mach, "config": cfg,
            "best": {"epoch": 1, "val_bleu": 1.0}, "epochs": [{"epoch": 1}]}  # fmt: skip
     (tmp_path / "multi30k-ee" / "train_log.json").write_text(json.dumps(log))
-    m = modelcard_ee.measure("multi30k-ee", n=4, threads=1, folder=tmp_path)
+    m = measured.measure_ee("multi30k-ee", n=4, threads=1, folder=tmp_path)
     assert sorted(m["exits"]) == list(range(1, LAYERS + 1)) and m["n_val"] == 4
     assert all(e["ms_per_token"] > 0 and 0 <= e["bleu"] <= 100 for e in m["exits"].values())
-    text = modelcard_ee.card(m)
+    text = modelcard.card("ee", m)
     assert "½(L_1 + L_4)" in text and f"| {LAYERS} (full model) |" in text
     with pytest.raises(FileNotFoundError, match="make models-ee"):
-        modelcard_ee.measure("multi30k-calm", folder=tmp_path)
+        measured.measure_ee("multi30k-calm", folder=tmp_path)
 
 
 def test_models_load_more_after_the_early_exit_views(ckpt):

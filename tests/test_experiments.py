@@ -38,7 +38,9 @@ def test_presets_name_the_papers_checkpoints():
 
 
 def test_sweep_rows_metrics_and_cache(env, monkeypatch):
-    df = X.sweep(PRESET, GRID, n_examples=8, results=env, baseline_repeats=2, progress=False)
+    df = X.sweep(
+        PRESET, GRID, n_examples=8, baseline_repeats=2, progress=False, settings=X.RunSettings(results=env)
+    )
     labels = list(dict.fromkeys(df["label"]))
     assert labels[0] == "vanilla-large" and labels[-1] == "vanilla-large#1"
     assert {"vanilla-small", "vanilla-aligned"} <= set(labels) and len(labels) == 7
@@ -51,7 +53,9 @@ def test_sweep_rows_metrics_and_cache(env, monkeypatch):
         raise AssertionError("cached results were recomputed")
 
     monkeypatch.setattr(measure, "decode", no_decoding)
-    again = X.sweep(PRESET, GRID, n_examples=8, results=env, baseline_repeats=2, progress=False)
+    again = X.sweep(
+        PRESET, GRID, n_examples=8, baseline_repeats=2, progress=False, settings=X.RunSettings(results=env)
+    )
     pd.testing.assert_frame_equal(
         df.drop(columns="latency_s"), again.drop(columns="latency_s"), check_like=True
     )
@@ -62,7 +66,9 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
     """A sweep runs its configurations interleaved, example by example; one finished before outside
     the sweep is not reused (the sweep times its own rows); an interrupted sweep keeps every
     configuration's flushed examples and resumes each from there, decoding only what is missing."""
-    X.run(PRESET, X.vanilla("small"), n_examples=10, results=env, progress=False)  # timed outside the sweep
+    X.run(
+        PRESET, X.vanilla("small"), n_examples=10, progress=False, settings=X.RunSettings(results=env)
+    )  # timed outside the sweep
     calls = {"n": 0, "order": []}
     decode = measure.decode
 
@@ -75,7 +81,15 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
 
     monkeypatch.setattr(measure, "decode", dies)
     with pytest.raises(KeyboardInterrupt):
-        X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
+        X.sweep(
+            PRESET,
+            GRID,
+            n_examples=10,
+            baseline_repeats=1,
+            flush_every=3,
+            progress=False,
+            settings=X.RunSettings(results=env),
+        )
     partial = list((env / PRESET).glob("*.partial.parquet"))
     n_configs = running = 6  # vanilla large, small, aligned + 3 BiLD, all timed in the sweep
     assert len(partial) == running
@@ -86,31 +100,43 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
     assert len(set(timed[:running])) == running
 
     calls["n"] = -(10**9)  # no more interruptions; count what the resumed sweep decodes
-    df = X.sweep(PRESET, GRID, n_examples=10, results=env, baseline_repeats=1, flush_every=3, progress=False)
+    df = X.sweep(
+        PRESET,
+        GRID,
+        n_examples=10,
+        baseline_repeats=1,
+        flush_every=3,
+        progress=False,
+        settings=X.RunSettings(results=env),
+    )
     assert len(df) == 10 * n_configs and not df.duplicated(["label", "id"]).any()
     assert calls["n"] + 10**9 == sum(10 - k for k in kept) + 2 * running  # the missing rows + warm-ups
     assert not list((env / PRESET).glob("*.partial.parquet"))
 
 
 def test_a_sweep_says_its_size_and_how_long_it_will_take(env, capsys):
-    X.sweep(PRESET, GRID, n_examples=12, results=env, baseline_repeats=1, progress=True)
+    X.sweep(
+        PRESET, GRID, n_examples=12, baseline_repeats=1, progress=True, settings=X.RunSettings(results=env)
+    )
     out = capsys.readouterr().out
     assert "to decode: 6 configurations x 12 examples, 72 decodes (0 configurations read back" in out
     assert "so the run takes about" in out and "papermill -p n_examples 10" in out
     # the first round's first-call costs count once: 12 s so far, then 9 more rounds of 1.5 s
     said = I.estimate([9.0, 1.0, 2.0], 12, 12)
     assert said.startswith("a round takes about 1.5 s, so the run takes about 0.4 min")
-    X.sweep(PRESET, GRID, n_examples=12, results=env, baseline_repeats=1, progress=True)
+    X.sweep(
+        PRESET, GRID, n_examples=12, baseline_repeats=1, progress=True, settings=X.RunSettings(results=env)
+    )
     assert "to decode" not in capsys.readouterr().out  # all read back: nothing to announce
 
 
 def test_corrupted_cache_file_is_recomputed(env):
     c = X.vanilla("small")
-    df = X.run(PRESET, c, n_examples=4, results=env, progress=False)
+    df = X.run(PRESET, c, n_examples=4, progress=False, settings=X.RunSettings(results=env))
     f = next((env / PRESET).glob("*.parquet"))
     f.write_bytes(b"not a parquet file")
     with pytest.warns(UserWarning, match="recomputing"):
-        again = X.run(PRESET, c, n_examples=4, results=env, progress=False)
+        again = X.run(PRESET, c, n_examples=4, progress=False, settings=X.RunSettings(results=env))
     assert list(again["output"]) == list(df["output"])
 
 
@@ -152,9 +178,9 @@ def test_summary_table_and_pareto():
 
 def test_bad_input(env):
     with pytest.raises(ValueError, match="n_examples"):
-        X.run(PRESET, X.vanilla("small"), n_examples=0, results=env)
+        X.run(PRESET, X.vanilla("small"), n_examples=0, settings=X.RunSettings(results=env))
     with pytest.raises(ValueError, match="n_examples=50 but"):
-        X.run(PRESET, X.vanilla("small"), n_examples=50, results=env)
+        X.run(PRESET, X.vanilla("small"), n_examples=50, settings=X.RunSettings(results=env))
     with pytest.raises(ValueError, match="method"):
         X.Config("beam")
     with pytest.raises(ValueError, match="needs a small model"):
@@ -176,14 +202,14 @@ def test_paper_preset_offline_names_what_is_missing(tmp_path):
 
 def test_dtype_and_verify_end_are_part_of_the_results(env):
     c = X.vanilla("small")
-    a = X.run(PRESET, c, n_examples=3, results=env, progress=False, dtype="float32")
-    b = X.run(PRESET, c, n_examples=3, results=env, progress=False, dtype="bfloat16")
+    a = X.run(PRESET, c, n_examples=3, progress=False, settings=X.RunSettings(dtype="float32", results=env))
+    b = X.run(PRESET, c, n_examples=3, progress=False, settings=X.RunSettings(dtype="bfloat16", results=env))
     assert a.attrs["key"] != b.attrs["key"] and len(list((env / PRESET).glob("*.parquet"))) == 2
     assert a.attrs["spec"]["dtypes"] == {"small": "float32"} and b.attrs["spec"]["dtypes"] == {
         "small": "bfloat16"
     }
     models = X.Models(presets.get(PRESET), dtype="bfloat16")
-    again = X.run(PRESET, c, n_examples=3, results=env, progress=False, models=models)
+    again = X.run(PRESET, c, n_examples=3, progress=False, models=models, settings=X.RunSettings(results=env))
     assert again.attrs["key"] == b.attrs["key"] and not models._lm  # a cache hit loads no model
     grid = X.bild_grid(
         PRESET, models=("aligned",), fallbacks=[0.5], rollbacks=[1.0], verify_end=[False, True]
@@ -194,42 +220,57 @@ def test_dtype_and_verify_end_are_part_of_the_results(env):
     with pytest.raises(ValueError, match="verify_end must be"):
         X.bild_grid(PRESET, verify_end="[true]")  # papermill -p passes lists as strings
     with pytest.raises(ValueError, match="dtype must be"):
-        X.run(PRESET, c, n_examples=3, results=env, dtype="fp8")
-    assert X.run(PRESET, c, n_examples=3, results=env, progress=False).attrs["spec"]["dtypes"] == {
-        "small": "float32"
-    }
+        X.run(PRESET, c, n_examples=3, settings=X.RunSettings(dtype="fp8", results=env))
+    assert X.run(PRESET, c, n_examples=3, progress=False, settings=X.RunSettings(results=env)).attrs["spec"][
+        "dtypes"
+    ] == {"small": "float32"}
 
 
 def test_checkpoints_replace_the_presets_models(env, mirror):
     p = presets.get(PRESET)
-    a = X.run(PRESET, X.vanilla("aligned"), n_examples=4, results=env, progress=False)
+    a = X.run(PRESET, X.vanilla("aligned"), n_examples=4, progress=False, settings=X.RunSettings(results=env))
     b = X.run(
         PRESET,
         X.vanilla("small"),
         n_examples=4,
-        results=env,
         progress=False,
-        checkpoints={"small": mirror / p.aligned},
+        settings=X.RunSettings(checkpoints={"small": mirror / p.aligned}, results=env),
     )
     assert list(a["output"]) == list(b["output"])
     assert b.attrs["spec"]["models"]["small"] == a.attrs["spec"]["models"]["aligned"]  # the weights' hash
     q = X.with_checkpoints(presets.get("multi30k"), {"aligned": "data/checkpoints/multi30k-small"})
     assert q.model("aligned") == presets.get("multi30k").model("small")  # repository-relative folder
     with pytest.raises(ValueError, match="checkpoints: keys must be"):
-        X.run(PRESET, X.vanilla("small"), n_examples=4, results=env, checkpoints={"tiny": "x"})
+        X.run(
+            PRESET,
+            X.vanilla("small"),
+            n_examples=4,
+            settings=X.RunSettings(checkpoints={"tiny": "x"}, results=env),
+        )
 
 
 def test_device_auto_and_sampling_and_rules_reach_the_results(env):
     c = X.vanilla("small")
-    a = X.run(PRESET, c, n_examples=3, results=env, progress=False, device="auto")  # resolved once
+    a = X.run(
+        PRESET, c, n_examples=3, progress=False, settings=X.RunSettings(device="auto", results=env)
+    )  # resolved once
     assert a.attrs["spec"]["device"] == "cpu"
     with pytest.raises(ValueError, match="device must be"):
         X.Models(presets.get(PRESET), device="gpu0")
 
     s1 = X.Config("bild", "aligned", 0.5, 1.0, temperature=1.0, top_p=0.9, seed=1)
     s2 = dataclasses.replace(s1, seed=2)
-    r1, r2 = (X.run(PRESET, c, n_examples=6, results=env, progress=False) for c in (s1, s2))
-    again = X.run(PRESET, s1, n_examples=6, results=env, progress=False, flush_every=100, warmup=0)
+    r1, r2 = (
+        X.run(PRESET, c, n_examples=6, progress=False, settings=X.RunSettings(results=env)) for c in (s1, s2)
+    )
+    again = X.run(
+        PRESET,
+        s1,
+        n_examples=6,
+        progress=False,
+        flush_every=100,
+        settings=X.RunSettings(warmup=0, results=env),
+    )
     assert r1.attrs["key"] != r2.attrs["key"] and r1.attrs["spec"]["config"]["top_p"] == 0.9
     assert list(r1["output_ids"].map(list)) != list(r2["output_ids"].map(list))  # the seed is used
     assert list(r1["output_ids"].map(list)) == list(again["output_ids"].map(list))  # and reproducible
@@ -241,7 +282,7 @@ def test_device_auto_and_sampling_and_rules_reach_the_results(env):
 
     ours, authors = X.bild("aligned", 0.5, 1.0), X.bild("aligned", 0.5, 1.0, rules="authors")
     assert authors.label == ours.label + "-authors"
-    df = X.run(PRESET, authors, n_examples=4, results=env, progress=False)
+    df = X.run(PRESET, authors, n_examples=4, progress=False, settings=X.RunSettings(results=env))
     assert df["trace"].str.startswith("L").all()  # the authors' large model writes the first token
     with pytest.raises(ValueError, match="rules"):
         X.Config("vanilla", "small", rules="authors")
@@ -291,10 +332,20 @@ def test_per_example_latency_and_best_quality():
 def test_sampled_speculative_and_sampled_baselines_are_reproducible(env):
     smp = X.sampling_of("sampled", 1.0, 0.8, 3)
     c = X.speculative("aligned", 3, smp)
-    a = X.run(PRESET, c, n_examples=5, results=env / "a", progress=False)
-    b = X.run(PRESET, c, n_examples=5, results=env / "b", progress=False, warmup=0)  # computed again
+    a = X.run(PRESET, c, n_examples=5, progress=False, settings=X.RunSettings(results=env / "a"))
+    b = X.run(
+        PRESET, c, n_examples=5, progress=False, settings=X.RunSettings(warmup=0, results=env / "b")
+    )  # computed again
     assert list(a["output_ids"].map(list)) == list(b["output_ids"].map(list))
-    df = X.sweep(PRESET, [c], n_examples=3, results=env, baseline_repeats=1, progress=False, sampling=smp)
+    df = X.sweep(
+        PRESET,
+        [c],
+        n_examples=3,
+        baseline_repeats=1,
+        progress=False,
+        sampling=smp,
+        settings=X.RunSettings(results=env),
+    )
     assert set(df["label"]) == {"vanilla-large-T1-p0.8-s3", "vanilla-aligned-T1-p0.8-s3", c.label}
     assert X.sampling_of("greedy", 1.0, 0.8, 3) is None
     with pytest.raises(ValueError, match="mode must be one of greedy, sampled"):
@@ -312,11 +363,13 @@ def test_a_sweep_loads_its_examples_once(env, monkeypatch):
         return load(*a, **k)
 
     monkeypatch.setattr(data, "load", counted)
-    df = X.sweep(PRESET, GRID, n_examples=4, results=env, baseline_repeats=2, progress=False)
+    df = X.sweep(
+        PRESET, GRID, n_examples=4, baseline_repeats=2, progress=False, settings=X.RunSettings(results=env)
+    )
     assert n["calls"] == 1 and df["label"].nunique() == 7
     ex = data.load("iwslt2017", "val", 4)
     with pytest.raises(ValueError, match="loaded holds 4 val examples, not the first 5 of val"):
-        X.plan(PRESET, GRID[0], n_examples=5, results=env, loaded=ex)
+        X.plan(PRESET, GRID[0], n_examples=5, loaded=ex, settings=X.RunSettings(results=env))
 
 
 def test_the_engine_is_in_the_key_and_changes_no_output(env):
@@ -325,10 +378,22 @@ def test_the_engine_is_in_the_key_and_changes_no_output(env):
     part of the cache key, and every engine writes the same tokens. transformers' generate and
     assisted generation run as configurations too, on HF's engine."""
     c = X.bild("aligned", 0.5, 1.0)
-    auto = X.run(PRESET, c, n_examples=6, results=env, progress=False)
-    lean = X.run(PRESET, dataclasses.replace(c, engine="lean"), n_examples=6, results=env, progress=False)
-    hf = X.run(PRESET, dataclasses.replace(c, engine="hf"), n_examples=6, results=env, progress=False)
-    run_hf = X.run(PRESET, c, n_examples=6, results=env, progress=False, engine="hf")
+    auto = X.run(PRESET, c, n_examples=6, progress=False, settings=X.RunSettings(results=env))
+    lean = X.run(
+        PRESET,
+        dataclasses.replace(c, engine="lean"),
+        n_examples=6,
+        progress=False,
+        settings=X.RunSettings(results=env),
+    )
+    hf = X.run(
+        PRESET,
+        dataclasses.replace(c, engine="hf"),
+        n_examples=6,
+        progress=False,
+        settings=X.RunSettings(results=env),
+    )
+    run_hf = X.run(PRESET, c, n_examples=6, progress=False, settings=X.RunSettings(engine="hf", results=env))
     assert auto.attrs["spec"]["engines"] == {"aligned": "native", "large": "native"}
     assert lean.attrs["spec"]["engines"] == {"aligned": "lean", "large": "lean"}
     assert hf.attrs["spec"]["engines"] == run_hf.attrs["spec"]["engines"] == {"aligned": "hf", "large": "hf"}
@@ -340,9 +405,11 @@ def test_the_engine_is_in_the_key_and_changes_no_output(env):
         == list(hf["output_ids"].map(list))
         == list(run_hf["output_ids"].map(list))
     )
-    large = X.run(PRESET, X.vanilla("large"), n_examples=6, results=env, progress=False)
+    large = X.run(
+        PRESET, X.vanilla("large"), n_examples=6, progress=False, settings=X.RunSettings(results=env)
+    )
     for peer in (X.Config("generate", "large"), X.Config("assisted", "aligned", window=3, threshold=0.3)):
-        df = X.run(PRESET, peer, n_examples=6, results=env, progress=False)
+        df = X.run(PRESET, peer, n_examples=6, progress=False, settings=X.RunSettings(results=env))
         assert set(df.attrs["spec"]["engines"].values()) == {"hf"}
         assert list(df["output_ids"].map(list)) == list(large["output_ids"].map(list))  # greedy: lossless
     bad_configs = (
@@ -359,7 +426,9 @@ def test_a_configuration_equal_to_a_baseline_runs_once(env):
     """Config("vanilla", "small") beside the automatic vanilla small (whose unused max_small_steps
     differs), and a configuration given twice: one label and one set of rows each."""
     grid = [X.Config("vanilla", "small"), X.bild("small", 0.5, 1.0), X.bild("small", 0.5, 1.0)]
-    df = X.sweep(PRESET, grid, n_examples=3, results=env, baseline_repeats=1, progress=False)
+    df = X.sweep(
+        PRESET, grid, n_examples=3, baseline_repeats=1, progress=False, settings=X.RunSettings(results=env)
+    )
     counts = df.groupby("label").size()
     assert list(counts) == [3] * len(counts) and len(counts) == 3  # vanilla large, vanilla small, BiLD
     assert X.Config("vanilla", "small").canonical() == X.vanilla("small").canonical()
@@ -368,23 +437,45 @@ def test_a_configuration_equal_to_a_baseline_runs_once(env):
     assert dataclasses.replace(c, max_small_steps=5).label == "bild-small-fb0.5-rb1.0-max5"  # not 10: named
     twin = dataclasses.replace(c, max_small_steps=None)  # the label names no limit for 10 nor for None
     with pytest.raises(ValueError, match="share the label"):
-        X.sweep(PRESET, [c, twin], n_examples=2, results=env, progress=False)
+        X.sweep(PRESET, [c, twin], n_examples=2, progress=False, settings=X.RunSettings(results=env))
 
 
 def test_every_row_is_keyed_by_its_sweep(env, mirror):
     """Like for like: a configuration timed in one sweep is not reused by a sweep with other
     members (it times its own baseline); the same sweep again is all cached. A member is its
     models too: the same labels on other weights (or in another dtype) time their baseline again."""
-    a = X.sweep(PRESET, GRID[:1], n_examples=2, results=env, baseline_repeats=1, progress=False)
-    again = X.sweep(PRESET, GRID[:1], n_examples=2, results=env, baseline_repeats=1, progress=False)
-    b = X.sweep(PRESET, GRID[:2], n_examples=2, results=env, baseline_repeats=1, progress=False)
+    a = X.sweep(
+        PRESET,
+        GRID[:1],
+        n_examples=2,
+        baseline_repeats=1,
+        progress=False,
+        settings=X.RunSettings(results=env),
+    )
+    again = X.sweep(
+        PRESET,
+        GRID[:1],
+        n_examples=2,
+        baseline_repeats=1,
+        progress=False,
+        settings=X.RunSettings(results=env),
+    )
+    b = X.sweep(
+        PRESET,
+        GRID[:2],
+        n_examples=2,
+        baseline_repeats=1,
+        progress=False,
+        settings=X.RunSettings(results=env),
+    )
     assert again.attrs["decoded"] == {0: 0}
     assert b.attrs["decoded"] == {0: 2 * b["label"].nunique()}  # every row of b timed in b
     assert set(a["label"]) < set(b["label"])
     p, grid = presets.get(PRESET), [X.bild("student:a", 0.5, 1.0)]
-    run = dict(n_examples=2, results=env, baseline_repeats=1, progress=False)
-    c = X.sweep(PRESET, grid, checkpoints={"student:a": str(mirror / p.aligned)}, **run)
-    d = X.sweep(PRESET, grid, checkpoints={"student:a": str(mirror / p.small)}, **run)
+    run = dict(n_examples=2, baseline_repeats=1, progress=False)
+    s = X.RunSettings(results=env)
+    c = X.sweep(PRESET, grid, settings=s.replace(checkpoints={"student:a": str(mirror / p.aligned)}), **run)
+    d = X.sweep(PRESET, grid, settings=s.replace(checkpoints={"student:a": str(mirror / p.small)}), **run)
     assert d.attrs["decoded"] == {0: 2 * d["label"].nunique()}  # the vanilla-large baseline too
     assert "vanilla-large" in set(c["label"]) & set(d["label"])
 
@@ -397,8 +488,10 @@ def test_mixed_dtype_runs_the_small_models_in_float32(env, monkeypatch):
 
     monkeypatch.setattr(M, "native_bf16", lambda: True)  # the shipped pair is stored in bf16
     assert M.small_policy("mixed", True) == "float32" and M.small_policy("mixed", False) == "auto"
-    assert M.small_policy("bfloat16", True) == "bfloat16" and M.resolve_dtype("mixed", torch.device("cpu"),
-                                                                            torch.bfloat16) == torch.bfloat16
+    assert (
+        M.small_policy("bfloat16", True) == "bfloat16"
+        and M.resolve_dtype("mixed", torch.device("cpu"), torch.bfloat16) == torch.bfloat16
+    )
     p = presets.get("multi30k")
     m = X.Models(p, dtype="mixed")
     assert m.dtype("large") == torch.bfloat16
@@ -406,7 +499,13 @@ def test_mixed_dtype_runs_the_small_models_in_float32(env, monkeypatch):
     assert m.get("aligned").model.dtype == torch.float32 and m.get("large").model.dtype == torch.bfloat16
     s, lg = load_pair(p.model("aligned"), p.model("large"), dtype="mixed")
     assert (s.model.dtype, lg.model.dtype) == (torch.float32, torch.bfloat16)
-    a = X.run(PRESET, X.bild("aligned", 0.5, 1.0), n_examples=2, results=env, progress=False, dtype="mixed")
+    a = X.run(
+        PRESET,
+        X.bild("aligned", 0.5, 1.0),
+        n_examples=2,
+        progress=False,
+        settings=X.RunSettings(dtype="mixed", results=env),
+    )
     assert a.attrs["spec"]["dtypes"]["aligned"] == "float32"
     s = pd.DataFrame({"n": [2, 2], "dtype": ["bfloat16"] * 2, "small_dtype": ["", "float32"],
                       "ran_on": ["lean"] * 2, "device_name": ["cpu"] * 2})  # fmt: skip

@@ -39,7 +39,9 @@ def test_a_changed_config_or_tokenizer_file_is_recomputed(env, mirror, tmp_path,
     folder = tmp_path / "small"
     shutil.copytree(mirror / presets.get(PRESET).small, folder)
     assert (folder / name).is_file(), sorted(p.name for p in folder.iterdir())
-    kw = dict(n_examples=3, results=env, progress=False, checkpoints={"small": folder})
+    kw = dict(
+        n_examples=3, progress=False, settings=X.RunSettings(results=env, checkpoints={"small": folder})
+    )
     before = X.run(PRESET, X.vanilla("small"), **kw)
     calls = {"n": 0}
     real = measure.decode
@@ -63,7 +65,14 @@ def test_a_changed_config_or_tokenizer_file_is_recomputed(env, mirror, tmp_path,
 
 def test_a_batched_sweeps_loop_overhead_is_never_negative(env):
     grid = [X.bild("aligned", 0.5, 1.0), X.speculative("aligned", 3)]
-    df = X.sweep(PRESET, grid, n_examples=8, batch_size=4, results=env, baseline_repeats=1, progress=False)
+    df = X.sweep(
+        PRESET,
+        grid,
+        n_examples=8,
+        baseline_repeats=1,
+        progress=False,
+        settings=X.RunSettings(results=env, batch_size=4),
+    )
     s = A.summarize(df, intervals=False)
     assert s["loop_pct"].notna().all() and (s["loop_pct"] >= 0).all(), s[["loop_pct"]]
     assert (s["loop_us_per_token"] >= 0).all()
@@ -74,9 +83,10 @@ def test_a_batched_sweeps_loop_overhead_is_never_negative(env):
 
 def test_a_batched_sweep_on_the_hf_engine_runs_its_short_last_chunk(env):
     grid = [X.bild("aligned", 0.5, 1.0)]
-    kw = dict(n_examples=6, results=env, baseline_repeats=1, progress=False, engine="hf")
-    four = X.sweep(PRESET, grid, batch_size=4, **kw)  # chunks of 4 and 2
-    one = X.sweep(PRESET, grid, **kw)
+    kw = dict(n_examples=6, baseline_repeats=1, progress=False)
+    hf = X.RunSettings(results=env, engine="hf")
+    four = X.sweep(PRESET, grid, settings=hf.replace(batch_size=4), **kw)  # chunks of 4 and 2
+    one = X.sweep(PRESET, grid, settings=hf, **kw)
     m = one.merge(four, on=["label", "id"])
     assert len(m) == len(one) == 18 and (m["output_ids_x"].map(list) == m["output_ids_y"].map(list)).all()
 
@@ -90,7 +100,13 @@ def test_looped_takes_fewer_rows_than_before(mirror):
 
 def test_a_sweep_stopped_by_an_error_keeps_its_finished_rows(env, monkeypatch):
     grid = [X.bild("aligned", 0.5, 1.0)]
-    kw = dict(n_examples=10, results=env, baseline_repeats=1, progress=False, flush_every=100)
+    kw = dict(
+        n_examples=10,
+        settings=X.RunSettings(results=env),
+        baseline_repeats=1,
+        progress=False,
+        flush_every=100,
+    )
     real, calls = measure.decode, {"n": 0}
 
     def fails(*a, **k):

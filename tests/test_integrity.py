@@ -51,8 +51,8 @@ ready = Path(os.environ["READY"])
 (ready / sys.argv[1]).touch()
 while len(list(ready.iterdir())) < 2:  # start together
     time.sleep(0.01)
-df = X.sweep(P, [X.bild("small", 0.5, 1.0)], n_examples=4, baseline_repeats=1, results=os.environ["RESULTS"],
-             progress=False)
+df = X.sweep(P, [X.bild("small", 0.5, 1.0)], n_examples=4, baseline_repeats=1,
+             settings=X.RunSettings(results=os.environ["RESULTS"]), progress=False)
 df.drop(columns=["output_ids"]).to_json(sys.argv[1] + ".json")
 """
 
@@ -82,7 +82,14 @@ def test_two_concurrent_sweeps_compute_each_configuration_once(env, mirror, tmp_
 
 
 def test_each_result_records_the_load_it_ran_under(env):
-    df = X.run(PRESET, X.vanilla("small"), n_examples=5, results=env, progress=False, flush_every=2)
+    df = X.run(
+        PRESET,
+        X.vanilla("small"),
+        n_examples=5,
+        progress=False,
+        flush_every=2,
+        settings=X.RunSettings(results=env),
+    )
     load = df.attrs["load"]
     assert load["threads"] == 2 and load["cpus"] == busy.cpus()
     (seg,) = load["segments"]
@@ -96,18 +103,39 @@ def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("error", busy.BusyMachineWarning)
-        quiet = X.sweep(PRESET, grid, n_examples=3, results=env / "idle", baseline_repeats=1, progress=False)
+        quiet = X.sweep(
+            PRESET,
+            grid,
+            n_examples=3,
+            baseline_repeats=1,
+            progress=False,
+            settings=X.RunSettings(results=env / "idle"),
+        )
     assert not quiet["busy"].any()
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
     with pytest.warns(
         busy.BusyMachineWarning, match="3 configuration.*bild-small-fb0.5-rb1.0 .load average 9.0"
     ):
-        df = X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
+        df = X.sweep(
+            PRESET,
+            grid,
+            n_examples=3,
+            baseline_repeats=1,
+            progress=False,
+            settings=X.RunSettings(results=env / "busy"),
+        )
     assert df["busy"].all() and A.summarize(df)["busy"].all()  # the figures' CSVs carry it
     assert not A.summarize(quiet.drop(columns="busy"))["busy"].any()  # results without the column
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # a cache hit keeps its record
     with pytest.warns(busy.BusyMachineWarning):
-        X.sweep(PRESET, grid, n_examples=3, results=env / "busy", baseline_repeats=1, progress=False)
+        X.sweep(
+            PRESET,
+            grid,
+            n_examples=3,
+            baseline_repeats=1,
+            progress=False,
+            settings=X.RunSettings(results=env / "busy"),
+        )
 
 
 def test_busy_means_waiting_for_a_cpu():
@@ -155,14 +183,21 @@ def test_a_changed_reference_file_changes_the_key(multi30k_dir, tmp_path, monkey
     lines = gzip.decompress(ref.read_bytes()).decode().splitlines()
 
     def key():
-        return X.plan("multi30k", X.vanilla("large"), n_examples=5, results=tmp_path / "res").key
+        return X.plan(
+            "multi30k", X.vanilla("large"), n_examples=5, settings=X.RunSettings(results=tmp_path / "res")
+        ).key
 
     before = key()
     for i, changed in ((99, True), (2, False)):  # line 100 is past the 5 examples; line 3 is used
         lines[i] += " (edited)"
         ref.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
         assert (key() == before) is changed
-    assert X.plan("multi30k", X.vanilla("large"), n_examples=6, results=tmp_path / "res").key != key()
+    assert (
+        X.plan(
+            "multi30k", X.vanilla("large"), n_examples=6, settings=X.RunSettings(results=tmp_path / "res")
+        ).key
+        != key()
+    )
 
 
 # --- 3-6. decoders: see test_decoding (batch input, ids, vocabularies); thresholds here ---------
@@ -194,7 +229,7 @@ def test_a_grid_without_configurations_is_an_error(env):
         with pytest.raises(ValueError, match=f"grid is empty: {what}"):
             X.bild_grid(PRESET, **kw)
     with pytest.raises(ValueError, match="configs is empty"):
-        X.sweep(PRESET, [], results=env)
+        X.sweep(PRESET, [], settings=X.RunSettings(results=env))
 
 
 # --- 7, 9. a sweep is checked before its first example runs ------------------------------------
@@ -211,14 +246,14 @@ def no_decoding(monkeypatch):
 def test_a_sweep_checks_everything_before_the_first_example(env, no_decoding):
     good = X.bild("small", 0.5, 1.0)
     with pytest.raises(TypeError, match="must hold experiments.Config objects"):
-        X.sweep(PRESET, [good, {"method": "bild"}], n_examples=3, results=env)
+        X.sweep(PRESET, [good, {"method": "bild"}], n_examples=3, settings=X.RunSettings(results=env))
     for n in ("abc", 2.5, 0):
         with pytest.raises(ValueError, match="n_examples must be an integer >= 1"):
-            X.sweep(PRESET, [good], n_examples=n, results=env)
+            X.sweep(PRESET, [good], n_examples=n, settings=X.RunSettings(results=env))
     with pytest.raises(ValueError, match="n_examples=50 but"):
-        X.sweep(PRESET, [good], n_examples=50, results=env)
+        X.sweep(PRESET, [good], n_examples=50, settings=X.RunSettings(results=env))
     with pytest.raises(ValueError, match="threads"):
-        X.sweep(PRESET, [good], n_examples=3, results=env, threads=0)
+        X.sweep(PRESET, [good], n_examples=3, settings=X.RunSettings(threads=0, results=env))
 
 
 def test_an_unwritable_results_folder_fails_before_decoding(env, no_decoding, tmp_path):
@@ -226,21 +261,39 @@ def test_an_unwritable_results_folder_fails_before_decoding(env, no_decoding, tm
     blocked.write_text("not a folder")
     for results in (blocked / "results", blocked):
         with pytest.raises(OSError, match="not writable"):
-            X.sweep(PRESET, [X.bild("small", 0.5, 1.0)], n_examples=3, results=results, progress=False)
+            X.sweep(
+                PRESET,
+                [X.bild("small", 0.5, 1.0)],
+                n_examples=3,
+                progress=False,
+                settings=X.RunSettings(results=results),
+            )
         with pytest.raises(OSError, match="not writable"):
-            X.run(PRESET, X.vanilla("small"), n_examples=3, results=results, progress=False)
+            X.run(
+                PRESET,
+                X.vanilla("small"),
+                n_examples=3,
+                progress=False,
+                settings=X.RunSettings(results=results),
+            )
 
 
 def test_a_finished_cache_needs_no_write_access(env, monkeypatch):
     grid = [X.bild("small", 0.5, 1.0)]
-    df = X.sweep(PRESET, grid, n_examples=3, results=env, baseline_repeats=1, progress=False)
+    df = X.sweep(
+        PRESET, grid, n_examples=3, baseline_repeats=1, progress=False, settings=X.RunSettings(results=env)
+    )
     monkeypatch.setattr("bildlib.experiments.cache.check_writable", lambda d: pytest.fail(f"checked {d}"))
-    again = X.sweep(PRESET, grid, n_examples=3, results=env, baseline_repeats=1, progress=False)
+    again = X.sweep(
+        PRESET, grid, n_examples=3, baseline_repeats=1, progress=False, settings=X.RunSettings(results=env)
+    )
     assert list(again["output"]) == list(df["output"])
 
 
 def test_planning_a_run_loads_no_model(env):
     """Keys come from the weights' hash and stored dtype, so checking a sweep costs no loading."""
     models = X.Models(presets.get(PRESET))
-    job = X.plan(PRESET, X.bild("aligned", 0.5, 1.0), n_examples=3, results=env, models=models)
+    job = X.plan(
+        PRESET, X.bild("aligned", 0.5, 1.0), n_examples=3, models=models, settings=X.RunSettings(results=env)
+    )
     assert job.cached() is None and not models._lm

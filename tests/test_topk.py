@@ -76,10 +76,11 @@ def test_a_cached_run_computes_the_teacher_once(tmp_path, multi30k_dir, monkeypa
     assert len(calls) == 1  # the second student read the cache
 
     # its card (make models-student writes one for the shipped student): what BiLD asks of it
-    from bildlib.reports import modelcard_student
+    from bildlib.bench import models as measured
+    from bildlib.reports import modelcard
 
-    m = modelcard_student.measure(kd.out, n=3, rounds=1)
-    text = modelcard_student.card(m)
+    m = measured.measure_student(kd.out, n=3, rounds=1)
+    text = modelcard.card("student", m)
     assert m["profile"]["positions"] > 3 and 0 <= m["profile"]["agreement"] <= 1
     assert f"**{m['val']['bleu']:.2f}**" in text and "teacher top-k 16" in text
     assert f"{m['step_ms']['student_bfloat16']:.3f} ms bf16" in text

@@ -181,18 +181,19 @@ def test_model_cards_and_evaluate_cli(teacher, tmp_path, capsys):
     import shutil
 
     from bildlib.analysis import evaluate
+    from bildlib.bench import models as measured
     from bildlib.reports import modelcard
 
     cfg, _ = teacher
-    for name in modelcard.NAMES:
+    for name in measured.PAIR:
         shutil.copytree(cfg.out, tmp_path / name)
-    pair = modelcard.measure(tmp_path, n=8, n_latency=3)
+    pair = measured.measure_pair(tmp_path, n=8, n_latency=3)
     c = pair["conditions"]
     assert c["bleu_gap_val"] == 0 and c["latency_ratio_small_over_large"] > 0.5  # one model three times
     assert c["holds"]["bleu_gap >= 4"] is False and len(c["holds"]) == 4
     m = pair["models"]["multi30k-large"]
     assert m["params"] == sum(p.numel() for p in load_model(cfg.out)[0].parameters())
-    text = modelcard.card("multi30k-large", m, pair)
+    text = modelcard.pair_cards(pair)["multi30k-large"]
     assert f"**{m['val']['bleu']:.2f}**" in text and "python -m bildlib.train multi30k-large" in text
     # the card's BLEU is what `python -m bildlib.analysis.evaluate` prints
     evaluate.main([str(tmp_path / "multi30k-large"), "-n", "8"])

@@ -95,14 +95,17 @@ def configs(fallbacks: list[float], lossless_fallback: float, rollback: float = 
     ]  # fmt: skip
 
 
-def timed(preset: str, label: str, folders: dict[str, str], cfg: dict, results, **run) -> pd.DataFrame:
+def timed(preset: str, label: str, folders: dict[str, str], cfg: dict, split: str, n_examples: int,
+          settings: X.RunSettings) -> pd.DataFrame:  # fmt: skip
     """label's sweep: bf16 (the shipped large) with its own vanilla as the baseline; any other with
     the quantized large as `large` and the bf16 large as the baseline "base", in one interleaved run.
-    cfg: configs' arguments."""
+    cfg: configs' arguments; settings: the run's (its checkpoints are this function's)."""
+    run = {"split": split, "n_examples": n_examples}
     if parse(label).method == "none":
-        return X.sweep(preset, configs(**cfg), results=results, checkpoints={"large": folders[label]}, **run)
-    return X.sweep(preset, configs(**cfg, alone=True), results=results, baseline="base",
-                   checkpoints={"large": folders[label], "base": locate(BASE)}, **run)  # fmt: skip
+        s = settings.replace(checkpoints={"large": folders[label]})
+        return X.sweep(preset, configs(**cfg), settings=s, **run)
+    s = settings.replace(checkpoints={"large": folders[label], "base": locate(BASE)})
+    return X.sweep(preset, configs(**cfg, alone=True), baseline="base", settings=s, **run)
 
 
 def speed(label: str, df: pd.DataFrame, tol: float = 0.5) -> dict:

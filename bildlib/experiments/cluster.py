@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from bildlib.decoding.common import check_count
+from bildlib.experiments.config import Config
+from bildlib.experiments.settings import RunSettings
 from bildlib.experiments.shards import Result, compute, shard
 
 INSTALL = "pip install -e '.[cluster]' (or: pip install 'ray>=2.9')"
@@ -105,7 +106,7 @@ class Progress:
         return self.counts
 
 
-def _shard(preset, s, split, n_examples, flush_every, progress, kw) -> tuple[list[Result], int]:
+def _shard(preset, s, split, n_examples, settings, flush_every, progress) -> tuple[list[Result], int]:
     """The body of a shard's Ray task: its results and how many examples it decoded (counted
     here: the progress actor's count may lag behind the task's return)."""
     done = [0]
@@ -114,7 +115,7 @@ def _shard(preset, s, split, n_examples, flush_every, progress, kw) -> tuple[lis
         progress.add.remote(s.index, what, k)
         done[0] += k if what == "done" else 0
 
-    return compute(preset, s, split, n_examples, flush_every, False, report, **kw), done[0]
+    return compute(preset, s, split, n_examples, settings, flush_every, False, report), done[0]
 
 
 def default_shards(ray, gpu: bool, threads: int) -> int:
@@ -123,21 +124,26 @@ def default_shards(ray, gpu: bool, threads: int) -> int:
     return max(1, int(have.get("GPU", 0)) if gpu else int(have.get("CPU", 1)) // threads)
 
 
-def run(preset, base, configs, shards, split, n_examples, flush_every, progress, address, retries, kw):
+def run(
+    preset: str, base: list[Config], configs: list[Config], shards: int | None, split: str, n_examples: int,
+    settings: RunSettings, flush_every: int, progress: bool, address: str | None, retries: int,
+) -> tuple[list[Result], dict[int, int]]:  # fmt: skip
     """Every shard's results, computed on the cluster (sweeps.sweep's executor="ray"), and how many
-    examples each shard decoded ({shard: n}; its other rows were cached)."""
+    examples each shard decoded ({shard: n}; its other rows were cached). Each worker gets
+    settings as they are, but for the device its task was given and the results folder made
+    absolute (the workers' working directory may differ)."""
     check_count("retries", retries, minimum=0)
+    if not isinstance(settings, RunSettings):
+        raise TypeError(f"settings must be an experiments.RunSettings, got {type(settings).__name__}")
     ray = connect(address)
-    threads = kw.get("threads", 2)
-    ask, device = resources(ray, str(kw.get("device", "cpu")), threads)
-    kw = kw | {"device": device}
-    if kw.get("results") is not None:
-        kw["results"] = Path(kw["results"]).resolve()  # the workers' working directory may differ
-    n = shards or default_shards(ray, device == "cuda", threads)
+    ask, device = resources(ray, settings.device, settings.threads)
+    results = None if settings.results is None else settings.results.resolve()
+    worker = settings.replace(device=device, results=results)
+    n = shards or default_shards(ray, device == "cuda", settings.threads)
     groups = shard(base, configs, n)
     meter = ray.remote(num_cpus=0)(Progress).remote()
     task = ray.remote(_shard).options(max_retries=retries, **ask)
-    refs = {task.remote(preset, s, split, n_examples, flush_every, meter, kw): s for s in groups}
+    refs = {task.remote(preset, s, split, n_examples, worker, flush_every, meter): s for s in groups}
     n_configs = sum(len(s.configs) for s in groups)
     bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", unit="example", disable=not progress)
     done, failed, pending = {}, {}, list(refs)

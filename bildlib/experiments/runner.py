@@ -30,6 +30,7 @@ from bildlib import data
 from bildlib.decoding.common import check_count
 from bildlib.experiments import cache, interleave, measure, presets
 from bildlib.experiments.config import Config
+from bildlib.experiments.settings import RunSettings, checkpoint_pairs
 from bildlib.models import (
     LM,
     auto_engine,
@@ -45,14 +46,11 @@ from bildlib.models import (
 from bildlib.models.early_exit import exit_views
 
 
-def with_checkpoints(p: presets.Preset, checkpoints: dict | None) -> presets.Preset:
-    """The preset with some of its small / aligned / large checkpoints replaced (folders relative
-    to the working directory or the repository root, or hub ids; see models.locate)."""
-    checkpoints = dict(checkpoints or {})
-    bad = set(checkpoints) - set(presets.MODEL_NAMES) - {k for k in checkpoints if presets.is_candidate(k)}
-    if bad:
-        raise ValueError(f"checkpoints: keys must be {', '.join(presets.MODEL_NAMES)} or "
-                         f"'student:<label>' (a candidate small model), got {sorted(bad)}")  # fmt: skip
+def with_checkpoints(p: presets.Preset, checkpoints) -> presets.Preset:
+    """The preset with some of its small / aligned / large checkpoints replaced (a dict or
+    RunSettings.checkpoints' pairs; folders relative to the working directory or the repository
+    root, or hub ids; see models.locate)."""
+    checkpoints = dict(checkpoint_pairs(checkpoints))
     cands = {k: checkpoints.pop(k) for k in list(checkpoints) if presets.is_candidate(k)}
     # the built ones and the candidates are found when used (Preset.model says how to build them)
     new = {k: v if k in presets.BUILT else locate(v) for k, v in checkpoints.items()}
@@ -77,6 +75,11 @@ class Models:
         self._lm: dict = {}  # (which, engine) -> LM
         self._views: tuple[LM, LM] | None = None  # the early-exit model's two views (views())
         self._engines: dict = {}  # (which, engine) -> the resolved engine, read once per sweep
+
+    @classmethod
+    def of(cls, preset: presets.Preset, settings: RunSettings) -> Models:
+        """The models of `preset` (its checkpoints already applied) as settings asks."""
+        return cls(preset, settings.device, settings.dtype, settings.engine)
 
     def __getitem__(self, which: str) -> LM:
         return self.get(which)
@@ -186,33 +189,26 @@ def plan(
     config: Config,
     split: str = "val",
     n_examples: int = 100,
-    device: str = "cpu",
-    dtype: str = "default",
-    checkpoints: dict | None = None,
-    threads: int = 2,
-    warmup: int = 2,
+    settings: RunSettings | None = None,
     models: Models | None = None,
-    results: Path | None = None,
     loaded: data.Split | None = None,
-    engine: str = "auto",
     shard: dict | None = None,
-    batch_size: int = 1,
 ) -> Job:
-    """Check a run's arguments, load its examples and key it, without decoding anything (run's
-    arguments; sweep plans every configuration before the first runs, passing the examples it
-    loaded once as `loaded`). shard: the sweep's shard the job belongs to (experiments.sweeps),
-    part of its key; None for an unsharded run, whose key has no such field. batch_size: how
-    many examples one decode call takes (decoding.batch; 1, the paper's setting, keeps every
-    existing key: only a batch > 1 is part of the key)."""
+    """Check a run, load its examples and key it, without decoding anything (run's arguments;
+    sweep plans every configuration before the first runs). settings: the run's RunSettings
+    (None: its defaults). models and loaded: what the caller already loaded (a sweep loads the
+    models and its examples once for every shard; models are then as settings says, and their
+    device, dtype and checkpoints win). shard: the sweep's shard the job belongs to
+    (experiments.sweeps), part of its key; None for an unsharded run, whose key has no such
+    field. A batch_size of 1, the paper's setting, keeps every existing key: only a batch > 1
+    is part of the key."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be an experiments.Config, got {type(config).__name__}")
-    check_count("threads", threads)
-    check_count("warmup", warmup, minimum=0)
-    check_count("batch_size", batch_size)
-    if batch_size > 1:
+    s = check_settings(settings)
+    if s.batch_size > 1:
         measure.check_batchable(config)
-    p = with_checkpoints(presets.get(preset), checkpoints)
-    models = models or Models(p, device, dtype, engine)
+    p = with_checkpoints(presets.get(preset), s.checkpoints)
+    models = models or Models.of(p, s)
     ex = examples(p, split, n_examples) if loaded is None else loaded
     if loaded is not None and (loaded.split, len(loaded)) != (split, n_examples):
         have = f"{len(loaded)} {loaded.split} examples"
@@ -223,28 +219,43 @@ def plan(
         "models": {w: models.identity(w) for w in config.needs()},
         "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
         "engines": {w: models.engine_of(w, config.runs_on) for w in config.needs()},
-        "device": models.device.type, "threads": threads, "warmup": warmup,
+        "device": models.device.type, "threads": s.threads, "warmup": s.warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix, **({"suffix": p.suffix} if p.suffix else {}),
     }  # fmt: skip
     if shard is not None:
         spec["shard"] = shard
-    if batch_size > 1:
-        spec["batch_size"] = batch_size
-    path = Path(results or cache.RESULTS) / p.name / f"{cache.key(spec)}.parquet"
+    if s.batch_size > 1:
+        spec["batch_size"] = s.batch_size
+    path = Path(s.results or cache.RESULTS) / p.name / f"{cache.key(spec)}.parquet"
     return Job(p, config, ex, models, spec, path)
 
 
 def run(
-    preset: str, config: Config, *args, flush_every: int = 20, progress: bool = True, **kw
+    preset: str,
+    config: Config,
+    split: str = "val",
+    n_examples: int = 100,
+    settings: RunSettings | None = None,
+    models: Models | None = None,
+    flush_every: int = 20,
+    progress: bool = True,
 ) -> pd.DataFrame:
     """One row per example (id, source, reference, output, latency_s, trace counters), cached.
-    Arguments as plan: split, n_examples, device, dtype (what the models run in; "default": fp32
-    on CPU as the model cards, the stored dtype on GPU; "auto": the stored dtype where the
-    hardware computes it natively; see models.resolve_dtype), checkpoints (replace some of the
-    preset's models, e.g. {"aligned": folder}: what-if runs), threads, warmup, models (device,
-    dtype and checkpoints are ignored when given) and results (the cache folder). df.attrs holds
-    the corpus score, its signature, how the run was made and the machine's load while it ran."""
-    return execute(plan(preset, config, *args, **kw), flush_every, progress)
+    settings: device, dtype, engine, threads, warmup, checkpoints (what-if runs), the results
+    folder and the batch size (RunSettings; None: its defaults). models: models already loaded
+    (their device, dtype and checkpoints then win over settings'). df.attrs holds the corpus
+    score, its signature, how the run was made and the machine's load while it ran."""
+    return execute(plan(preset, config, split, n_examples, settings, models), flush_every, progress)
+
+
+def check_settings(settings) -> RunSettings:
+    """settings, or the defaults for None; anything else is a TypeError naming the parameter."""
+    if settings is None:
+        return RunSettings()
+    if not isinstance(settings, RunSettings):
+        raise TypeError(f"settings must be an experiments.RunSettings, got {type(settings).__name__} "
+                        "(a dict of device, dtype, ... goes in as RunSettings(**that))")  # fmt: skip
+    return settings
 
 
 def execute(job: Job, flush_every: int = 20, progress: bool = True) -> pd.DataFrame:

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from bildlib import data
 from bildlib.experiments import cache, interleave, presets
 from bildlib.experiments.config import Config
 from bildlib.experiments.runner import Models, examples, plan, with_checkpoints
+from bildlib.experiments.settings import RunSettings
 
 
 @dataclass
@@ -61,28 +63,33 @@ def shard(base: list[Config], configs: list[Config], n: int) -> list[Shard]:
     return [Shard(k, n, arrange(base, configs[k::n])) for k in range(n)]
 
 
+@dataclass
+class Loaded:
+    """What a sweep loaded once for every shard in this process: the models and the examples."""
+
+    models: Models
+    examples: data.Split
+
+
 def compute(
-    preset: str, s: Shard, split: str, n_examples: int, flush_every: int, progress: bool,
-    report: interleave.Report | None = None, **kw,
+    preset: str, s: Shard, split: str, n_examples: int, settings: RunSettings, flush_every: int,
+    progress: bool, report: interleave.Report | None = None, loaded: Loaded | None = None,
 ) -> list[Result]:  # fmt: skip
-    """Plan and compute one shard's jobs interleaved (on a Ray worker, or in this process);
-    kw as experiments.run (device, dtype, engine, checkpoints, threads, warmup, results), plus
-    `models` and `loaded` (the examples) where the caller holds them for several shards."""
-    p, models = models_for(preset, kw)
-    ex = kw.pop("loaded", None) or examples(p, split, n_examples)  # a hub dataset loads slowly
-    key = s.key(models)
-    jobs = [plan(preset, c, split, n_examples, models=models, loaded=ex, shard=key, **kw)
+    """Plan and compute one shard's jobs interleaved (on a Ray worker, or in this process).
+    loaded: the models and examples, where the caller holds them for several shards; None (a
+    Ray worker): loaded here, as settings says."""
+    if loaded is None:
+        p, models = models_for(preset, settings)
+        loaded = Loaded(models, examples(p, split, n_examples))  # a hub dataset loads slowly
+    key = s.key(loaded.models)
+    jobs = [plan(preset, c, split, n_examples, settings, loaded.models, loaded.examples, shard=key)
             for c in s.configs]  # fmt: skip
     dfs = interleave.compute(jobs, flush_every, progress, report)
     pairs = zip(jobs, dfs, strict=True)
     return [Result(j.config, j.spec, str(j.path), df, dict(df.attrs)) for j, df in pairs]
 
 
-def models_for(preset: str, kw: dict) -> tuple[presets.Preset, Models]:
-    """The preset (with kw's checkpoints) and kw's `models`, popped, or new ones for kw's device,
-    dtype and engine."""
-    p = with_checkpoints(presets.get(preset), kw.get("checkpoints"))
-    models = kw.pop("models", None) or Models(
-        p, kw.get("device", "cpu"), kw.get("dtype", "default"), kw.get("engine", "auto")
-    )
-    return p, models
+def models_for(preset: str, settings: RunSettings) -> tuple[presets.Preset, Models]:
+    """The preset with settings' checkpoints, and new models on settings' device, dtype and engine."""
+    p = with_checkpoints(presets.get(preset), settings.checkpoints)
+    return p, Models.of(p, settings)

@@ -29,8 +29,9 @@ from bildlib.decoding import Sampling
 from bildlib.decoding.common import check_count
 from bildlib.experiments import busy, presets
 from bildlib.experiments.config import FIELDS, Config, unique, vanilla
-from bildlib.experiments.runner import examples
-from bildlib.experiments.shards import Result, compute, models_for, shard
+from bildlib.experiments.runner import Models, check_settings, examples
+from bildlib.experiments.settings import RunSettings
+from bildlib.experiments.shards import Loaded, Result, compute, models_for, shard
 
 EXECUTORS = ("local", "ray")
 
@@ -52,19 +53,22 @@ def sweep(
     address: str | None = None,
     shards: int | None = None,
     retries: int = 1,
-    **kw,
+    settings: RunSettings | None = None,
+    models: Models | None = None,
 ) -> pd.DataFrame:
     """Run configs plus the vanilla-large baseline (repeated first, in the middle and last) and
     vanilla small/aligned; one DataFrame with a `label` column, the config's fields, `busy`,
     `shard`, and per row the `worker` (host:pid) and `device_name` that computed it. Every
-    configuration is checked and keyed (plan) before the first example runs. Other arguments as
-    run (batch_size > 1: every configuration, baselines included, decodes chunks of that many
-    examples per call, decoding.batch; speedups are then against batched vanilla large).
+    configuration is checked and keyed (plan) before the first example runs. settings: the
+    run's RunSettings, whole (device, dtype, engine, threads, warmup, checkpoints, results,
+    batch_size; None: its defaults); models: models already loaded, as in run. With a
+    batch_size > 1 every configuration, baselines included, decodes chunks of that many
+    examples per call (decoding.batch); speedups are then against batched vanilla large.
     sampling: the baselines' decoding (None: greedy; a sampled sweep compares with vanilla
     decoding under the same sampling). A configuration timed on a busy machine
     (experiments.busy) is named in a BusyMachineWarning, and its rows have busy=True.
     baseline: the model of the baseline ("large"; "ee" for early exit, whose speedups are against
-    the full early-exit model; "base", the checkpoint given as checkpoints={"base": ...}, for a
+    the full early-exit model; "base", the checkpoint settings name as {"base": ...}, for a
     variant of the large timed against the original: the quantized large against bf16), recorded
     in the result's attrs for analysis.
 
@@ -76,6 +80,7 @@ def sweep(
     check_count("baseline_repeats", baseline_repeats)
     check_count("flush_every", flush_every)
     check_count("shards", shards, optional=True)
+    settings = check_settings(settings)
     configs = list(configs)
     if not configs:
         raise ValueError("configs is empty: a sweep needs at least one configuration besides its baselines")
@@ -94,13 +99,13 @@ def sweep(
     if executor == "ray":
         from bildlib.experiments import cluster  # Ray is an optional extra
 
-        if "models" in kw:
-            raise ValueError("models: a Ray worker loads its own; pass device, dtype and engine instead")
-        results, decoded = cluster.run(preset, base, others, shards, split, n_examples, flush_every,
-                                       progress, address, retries, kw)  # fmt: skip
+        if models is not None:
+            raise ValueError("models: a Ray worker loads its own; pass device, dtype and engine in settings")
+        results, decoded = cluster.run(preset, base, others, shards, split, n_examples, settings,
+                                       flush_every, progress, address, retries)  # fmt: skip
     else:
-        p, kw["models"] = models_for(preset, kw)  # loaded once, and the examples once, for every shard
-        kw["loaded"] = examples(p, split, n_examples)
+        p, new = models_for(preset, settings)  # loaded once, and the examples once, for every shard
+        loaded = Loaded(models or new, examples(p, split, n_examples))
         results, decoded = [], {}
         for s in shard(base, others, shards or 1):
             decoded[s.index] = 0
@@ -108,7 +113,7 @@ def sweep(
             def count(what: str, k: int, i=s.index) -> None:
                 decoded[i] += k if what == "done" else 0
 
-            results += compute(preset, s, split, n_examples, flush_every, progress, count, **kw)
+            results += compute(preset, s, split, n_examples, settings, flush_every, progress, count, loaded)
     out = assemble(results, preset, baseline)
     out.attrs["decoded"] = decoded  # {shard: examples decoded by this call}; the rest came from the cache
     return out

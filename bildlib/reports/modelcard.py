@@ -1,173 +1,211 @@
-"""Measure the shipped Multi30k pair in one run and write its model cards.
+"""Model cards: measure a model this project trains and write its card. Four kinds, which differ by
+data (KINDS: their models, how each is measured, the template in reports/cards/, where the card
+goes), not by module:
 
-    python -m bildlib.reports.modelcard            # all three checkpoints; about 3 minutes on 2 CPU cores
-    python -m bildlib.reports.modelcard --sizes    # latency of random-init models of the preset sizes
+    python -m bildlib.reports.modelcard pair            # the shipped Multi30k pair; about 3 min on 2 CPU cores
+    python -m bildlib.reports.modelcard pair --sizes    # latency of random-init models of the preset sizes
+    python -m bildlib.reports.modelcard ee              # make models-ee's two models; about 10 min
+    python -m bildlib.reports.modelcard lm [NAME ...]   # make models-lm's three (each with its partner)
+    python -m bildlib.reports.modelcard student [PATH]  # make models-student's student
+    python -m bildlib.reports.modelcard render          # every committed card from its committed numbers
 
-For each checkpoint: parameters, size on disk, greedy BLEU on val and test_2016_flickr
-(sacrebleu, signature recorded), the training log's epochs, wall time and machine. For the
-pair, in one process on 2 CPU threads at batch 1 with a KV cache: per-token decode latency of
-each model and the large model's 10-token call, and the three conditions the embedded default
-needs (quality gap, latency ratio, parallel-call cost). Results go to
-`data/checkpoints/<name>/README.md` and `data/checkpoints/pair.json`.
+pair: the shipped checkpoints; its cards and numbers (data/checkpoints/<name>/README.md,
+pair.json) are committed with the weights. ee, lm and student: built, not shipped. Their weights
+are not committed but their cards are (data/checkpoints/cards/), each describing the model the
+committed results came from. So a build never rewrites a committed card: it writes its own beside
+the weights (README.md, card.json) and under build/cards/ and prints how its numbers differ from
+the committed card's; `--publish` (with the results made from the new model) replaces it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
-from safetensors.torch import load_file
+from bildlib import REPO_ROOT, data, repo_relative
+from bildlib.bench import models as M
 
-from bildlib import REPO_ROOT
-from bildlib.analysis.evaluate import evaluate, latency_of, latency_table, machine
-
-CHECKPOINTS = REPO_ROOT / "data" / "checkpoints"
-NAMES = ("multi30k-small", "multi30k-large", "multi30k-small-aligned")
-SIZE_BUDGET_MB = 60.0
-
-
-def measure(
-    folder: Path = CHECKPOINTS, names=NAMES, n: int | None = None, n_latency: int = 20, threads: int = 2
-) -> dict:
-    """Everything in the cards, measured in this process; n: first n sentences of each split only;
-    n_latency: val sentences timed."""
-    paths = [folder / name for name in names]
-    for p in paths:
-        if not (p / "model.safetensors").is_file():
-            raise FileNotFoundError(f"{p} holds no model.safetensors: train it first (make models)")
-    lat = {Path(r["model"]).name: r for r in latency_table([str(p) for p in paths], n_latency, threads)}
-    models = {}
-    for name, p in zip(names, paths, strict=True):
-        cfg = json.loads((p / "config.json").read_text())
-        log = json.loads((p / "train_log.json").read_text())
-        w = load_file(p / "model.safetensors")
-        params, dtype = (
-            sum(t.numel() for t in w.values()),
-            str(next(iter(w.values())).dtype).removeprefix("torch."),
-        )
-        models[name] = {
-            "params": params,
-            "stored_dtype": dtype,
-            "size_mb": round((p / "model.safetensors").stat().st_size / 1e6, 1),
-            "config": {
-                k: cfg[k]
-                for k in (
-                    "d_model",
-                    "d_ff",
-                    "num_layers",
-                    "num_decoder_layers",
-                    "num_heads",
-                    "d_kv",
-                    "vocab_size",
-                )
-            },
-            "val": evaluate(p, "val", n),
-            "test_2016_flickr": evaluate(p, "test_2016_flickr", n),
-            "latency": lat[name],
-            "train": {
-                k: log.get(k) for k in ("command", "n_train", "steps_per_epoch", "wall_s", "best", "machine")
-            }
-            | {"epochs": len(log["epochs"]), "config": log["config"]},
-        }
-    small, large = models["multi30k-small"], models["multi30k-large"]
-    conditions = {
-        "bleu_gap_val": round(large["val"]["bleu"] - small["val"]["bleu"], 2),  # needs >= 4
-        "latency_ratio_small_over_large": round(
-            small["latency"]["per_token_ms"] / large["latency"]["per_token_ms"], 3
-        ),
-        "large_call10_over_single": round(
-            large["latency"]["call10_ms"] / large["latency"]["per_token_ms"], 2
-        ),
-        "total_size_mb": round(sum(m["size_mb"] for m in models.values()), 1),
-    }
-    conditions["holds"] = {
-        "bleu_gap >= 4": conditions["bleu_gap_val"] >= 4,
-        "small/large latency <= 1/6": conditions["latency_ratio_small_over_large"] <= 1 / 6,
-        "10-token call < 10 single calls": conditions["large_call10_over_single"] < 10,
-        f"total size <= {SIZE_BUDGET_MB:.0f} MB": conditions["total_size_mb"] <= SIZE_BUDGET_MB,
-    }
-    return {"machine": machine(), "dtype": "float32", "models": models, "conditions": conditions}
+CHECKPOINTS = M.CHECKPOINTS
+COMMITTED = CHECKPOINTS / "cards"  # the built models' committed cards
+BUILT = REPO_ROOT / "build" / "cards"
+TEMPLATES = Path(__file__).parent / "cards"
 
 
-def card(name: str, m: dict, pair: dict) -> str:
-    t, c = m["train"], m["config"]
-    cmd = f"python -m bildlib.train {name}"
-    if name == "multi30k-small-aligned":
-        cmd = "python -m bildlib.train calibrate data/checkpoints/multi30k-large && " + cmd
+@dataclass(frozen=True)
+class Kind:
+    """One kind of card: its models, the make target that builds them ("" for the shipped pair),
+    the phrase its template fills in, and what a card's numbers are compared against."""
+
+    name: str
+    models: tuple[str, ...]
+    make: str
+    partner: str  # "": a card alone; "first": beside the kind's first model; "pair": small <-> large
+
+
+KINDS = {
+    "pair": Kind("pair", M.PAIR, "", ""),
+    "ee": Kind("ee", M.EE, "models-ee", "first"),
+    "lm": Kind("lm", M.LM_NAMES, "models-lm", "pair"),
+    "student": Kind("student", (), "models-student", ""),
+}
+
+
+def partner(kind: str, name: str) -> str | None:
+    """The model a card is compared with: ee's later models beside its first; lm's small models
+    beside the large, the large beside the small; None otherwise."""
+    k = KINDS[kind]
+    if k.partner == "first":
+        return None if name == k.models[0] else k.models[0]
+    if k.partner == "pair":
+        return k.models[0] if name == k.models[1] else k.models[1]
+    return None
+
+
+def card(kind: str, m: dict, other: dict | None = None) -> str:
+    """The card's text: reports/cards/<kind>.md filled with fields(kind, m, other). other: the
+    partner's measurements (ee, lm), or for the pair the whole pair.json (machine, dtype)."""
+    return (TEMPLATES / f"{kind}.md").read_text().format_map(fields(kind, m, other or {}))
+
+
+def fields(kind: str, m: dict, other: dict) -> dict:
+    """What a template names beyond m's own numbers: derived values, phrases and defaults."""
+    t = m["train"]
     mach = t["machine"]
-    what = {
-        "multi30k-small": "the small model of the embedded default pair (baseline, trained on the references)",
-        "multi30k-large": "the large model of the embedded default pair",
-        "multi30k-small-aligned": (
-            "the small model after prediction alignment (paper §3.5.1): trained on the large model's greedy "
-            "outputs for the training inputs (`data/calibration/multi30k-large-train.parquet`), from the same "
-            "initialisation (seed), recipe and number of steps as `multi30k-small` — the paper's fair "
-            "comparison. The practical variant, continued from `multi30k-small`, is the preset "
-            "`multi30k-small-aligned-continued` and is not shipped"
-        ),
-    }[name]
-    lat, dt = m["latency"], pair.get("dtype", "float32")  # cards measured before the default became auto ran in float32
-    return f"""# {name}
+    f = {"name": m["name"], "m": m, "t": t, "mach": mach, "wall_min": t["wall_s"] / 60,
+         "gpu": mach.get("cuda") or "no GPU", "c": t["config"]}  # fmt: skip
+    if kind == "pair":
+        f["c"], cmd = m["config"], f"python -m bildlib.train {m['name']}"
+        if m["name"] == "multi30k-small-aligned":
+            cmd = "python -m bildlib.train calibrate data/checkpoints/multi30k-large && " + cmd
+        what = M.PAIR_ROLES[m["name"]]
+        dt = other.get("dtype", "float32")  # cards measured before the default became auto ran in float32
+        return f | {"what": what[0].upper() + what[1:], "cmd": cmd, "params_m": m["params"] / 1e6, "dt": dt,
+                    "lat": m["latency"], "threads": other["machine"]["threads"]}  # fmt: skip
+    if kind == "ee":
+        c, n = t["config"], max(m["exits"])
+        loss = f"L = ½(L_{c['exit_layer']} + L_{n})" if c["exits"] == "ee" else "L = Σ_i w_i L_i, w_i = i / Σ_j j (CALM's)"
+        rows = "\n".join(f"| {i}{' (full model)' if i == n else ''} | {e['bleu']:.2f} | {e['ms_per_token']:.2f} |"
+                         for i, e in sorted(m["exits"].items(), key=lambda kv: int(kv[0])))  # fmt: skip
+        match = ""
+        if other:
+            a, b = m["exits"][n]["bleu"], other["exits"][max(other["exits"])]["bleu"]
+            match = f"\nFull-model BLEU against {other['name']}: {a:.2f} vs {b:.2f} (difference {a - b:+.2f}).\n"
+        return f | {"loss": loss, "rows": rows, "match": match, "signature": m["exits"][n]["signature"]}
+    if kind == "lm":
+        g, og, c = m["greedy"], other["greedy"], t["config"]
+        ratio = max(g["ms_per_token"], og["ms_per_token"]) / min(g["ms_per_token"], og["ms_per_token"])
+        distilled = "" if not c.get("teacher") else (
+            f"\nDistilled from `{c['teacher']}` on the same texts: (1 - λ) CE + λ T² KL, "
+            f"λ {c['kd_lambda']}, T {c['kd_temperature']}, the teacher in the loop.")  # fmt: skip
+        return f | {"z": m["size"], "params_m": m["size"]["parameters"] / 1e6, "other": other, "g": g, "og": og,
+                    "ratio": ratio, "distilled": distilled}  # fmt: skip
+    p, s, c = m["profile"], m["step_ms"], t["config"]  # student
+    return f | {"p": p, "s": s, "pet": f"; PET sharing {p['pet']}" if p.get("pet") else "",
+                "command": t["command"] or "python -m bildlib.train", "topk": c.get("teacher_topk") or "all (in the loop)",
+                "warmup": c.get("pet_warmup_epochs", 0), "agreement_pct": 100 * p["agreement"],
+                "ratio_f32": s["student_float32"] / s["large_float32"],
+                "ratio_bf16": s["student_bfloat16"] / s["large_bfloat16"]}  # fmt: skip
 
-{what[0].upper() + what[1:]}. German→English, Multi30k; T5 architecture trained from scratch
-with the project's tokenizer (`data/checkpoints/multi30k-tokenizer`, 8,000 entries).
-Loads with `AutoModelForSeq2SeqLM.from_pretrained` / `AutoTokenizer.from_pretrained`.
 
-| | |
-|---|---|
-| parameters | {m["params"] / 1e6:.2f} M ({m["size_mb"]} MB on disk, stored as {m["stored_dtype"]}; `from_pretrained` loads it as float32; bildlib's default dtype runs it in {m["stored_dtype"]} on a CPU with native bf16, see README, *Which dtype*) |
-| config | d_model {c["d_model"]}, d_ff {c["d_ff"]}, {c["num_layers"]} encoder + {c["num_decoder_layers"]} decoder layers, {c["num_heads"]} heads × d_kv {c["d_kv"]}, vocabulary {c["vocab_size"]}, tied embeddings |
-| training | `{cmd}` ({t["epochs"]} epochs × {t["steps_per_epoch"]} steps of {t["config"]["batch_size"]} sentences, {t["config"]["optimizer"]}, lr {t["config"]["lr"]}, seed {t["config"]["seed"]}, bf16 autocast: {t["config"]["bf16"]}) |
-| best epoch | {t["best"]["epoch"]} (greedy BLEU {t["best"]["val_bleu"]} on the first {t["config"]["n_val"]} val sentences) |
-| wall time | {t["wall_s"] / 60:.1f} min on {mach["processor"]}, {mach["threads"]} threads, torch {mach["torch"]}, {mach["cuda"] or "no GPU"} |
-| BLEU, val (1,014) | **{m["val"]["bleu"]:.2f}** (greedy, {dt}, HF `generate` at batch 64) |
-| BLEU, test_2016_flickr (1,000) | **{m["test_2016_flickr"]["bleu"]:.2f}** (greedy, {dt}, HF `generate` at batch 64) |
-| sacrebleu signature | `{m["val"]["signature"]}` |
-| decode latency | {lat["per_token_ms"]:.2f} ms/token; one call over 10 new tokens {lat["call10_ms"]:.2f} ms ({dt}, batch 1, KV cache, {pair["machine"]["threads"]} CPU threads) |
-
-Reproduce the BLEU: `python -m bildlib.analysis.evaluate data/checkpoints/{name} --split val` (and
-`--split test_2016_flickr`). Re-measure everything in this card: `python -m bildlib.reports.modelcard`.
-"""
+def pair_cards(pair: dict) -> dict[str, str]:
+    """{checkpoint: card} of the shipped pair from its numbers (pair.json)."""
+    return {n: card("pair", m | {"name": n}, pair) for n, m in pair["models"].items()}
 
 
-def size_latency(threads: int = 2) -> list[dict]:
-    """Per-token latency of random-init models of the SMALL and LARGE sizes: what chose them."""
-    from bildlib.models import LM, load_tokenizer
-    from bildlib.train import LARGE, SMALL, TrainConfig, build_model, checkpoint_path
+def committed_cards() -> dict[Path, str]:
+    """Every committed card as its committed numbers render it: {file: text}."""
+    pair = json.loads((CHECKPOINTS / "pair.json").read_text())
+    out = {CHECKPOINTS / n / "README.md": text for n, text in pair_cards(pair).items()}
+    ms = {f.stem: json.loads(f.read_text()) for f in sorted(COMMITTED.glob("*.json"))}
+    for name, m in ms.items():
+        kind = next((k for k, v in KINDS.items() if name in v.models), "student")
+        other = ms.get(partner(kind, name) or "")
+        out[COMMITTED / f"{name}.md"] = card(kind, m, other)
+    return out
 
-    tok = load_tokenizer(checkpoint_path(TrainConfig.tokenizer))
-    models = {
-        k: LM(build_model(TrainConfig(out="-", model=v), tok), tok, k)
-        for k, v in (("SMALL", SMALL), ("LARGE", LARGE))
-    }
-    rows = latency_of(models, threads=threads)
-    for r in rows:
-        r["params_m"] = round(sum(p.numel() for p in models[r["model"]].model.parameters()) / 1e6, 2)
-    return rows
+
+def write_card(name: str, text: str, m: dict, checkpoint: Path | None, publish: bool = False) -> str:
+    """Write the card (text, the measurements m) of the built model `name` at checkpoint; returns
+    the comparison with the committed card (printed too)."""
+    files = [BUILT / f"{name}.md", BUILT / f"{name}.json"]
+    if checkpoint is not None and Path(checkpoint).is_dir():
+        files += [Path(checkpoint) / "README.md", Path(checkpoint) / "card.json"]
+    if publish:
+        files += [COMMITTED / f"{name}.md", COMMITTED / f"{name}.json"]
+    doc = json.dumps(m, indent=1, default=str) + "\n"
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        with data.atomic_path(f) as tmp:
+            tmp.write_text(doc if f.suffix == ".json" else text)
+    said = "the committed card replaced (--publish)" if publish else compare(name, json.loads(doc))
+    print(text)
+    print(f"{name}: card in {', '.join(repo_relative(f) for f in files)}; {said}")
+    return said
+
+
+def compare(name: str, m: dict) -> str:
+    """How the measurements m differ from the committed card's, one line per number."""
+    f = COMMITTED / f"{name}.json"
+    if not f.is_file():
+        return f"no committed card {repo_relative(f)} to compare with"
+    old, new = dict(_leaves(json.loads(f.read_text()))), dict(_leaves(m))
+    lines = [f"{k}: committed {old[k]}, this build {new[k]}" for k in sorted(old.keys() & new.keys())
+             if _differ(old[k], new[k])]  # fmt: skip
+    lines += [f"{k}: only in the committed card" for k in sorted(old.keys() - new.keys())]
+    head = f"differences from the committed card {repo_relative(f)} (left as it is; --publish replaces it)"
+    return head + (":\n  " + "\n  ".join(lines) if lines else ": none")
+
+
+def _leaves(x, prefix: str = ""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif not isinstance(x, list):
+        yield prefix, x
+
+
+def _differ(a, b) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a != b
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", action="store_true", help="only time random-init models of the preset sizes")
-    ap.add_argument("--render", action="store_true", help="rewrite the cards from pair.json, measuring nothing")
-    args = ap.parse_args(argv)
-    if args.sizes:
-        print(json.dumps({"machine": machine(), "latency": size_latency()}, indent=1))
-        return
-    if args.render:
-        pair = json.loads((CHECKPOINTS / "pair.json").read_text())
-    else:
-        pair = measure()
+    ap.add_argument("kind", choices=[*KINDS, "render"], help="which cards; render: every committed card")
+    ap.add_argument("names", nargs="*", help="lm: the models (default all three); student: its folder")
+    ap.add_argument("--publish", action="store_true", help="replace the committed card (a built model's)")
+    ap.add_argument("--sizes", action="store_true", help="pair: only time random-init models of the sizes")
+    ap.add_argument("--n", type=int, default=None, help="student: first n sentences of each split")
+    a = ap.parse_intermixed_args(argv)  # names may follow --publish
+    if a.kind == "render":
+        for f, text in committed_cards().items():
+            f.write_text(text)
+            print(f"rendered {repo_relative(f)}")
+    elif a.kind == "pair" and a.sizes:
+        print(json.dumps({"machine": M.machine(), "latency": M.size_latency()}, indent=1))
+    elif a.kind == "pair":
+        pair = M.measure_pair()
         (CHECKPOINTS / "pair.json").write_text(json.dumps(pair, indent=1) + "\n")
-    for n, m in pair["models"].items():
-        (CHECKPOINTS / n / "README.md").write_text(card(n, m, pair))
-    print(json.dumps(pair["conditions"], indent=1))
-    for n, m in pair["models"].items():
-        print(
-            f"{n}: val {m['val']['bleu']:.2f}, test2016 {m['test_2016_flickr']['bleu']:.2f}, "
-            f"{m['latency']['per_token_ms']:.2f} ms/token, call10 {m['latency']['call10_ms']:.2f} ms"
-        )
+        for n, text in pair_cards(pair).items():
+            (CHECKPOINTS / n / "README.md").write_text(text)
+        print(json.dumps(pair["conditions"], indent=1))
+    elif a.kind == "student":
+        m = M.measure_student(a.names[0] if a.names else M.student_path(), a.n)
+        write_card(m["name"], card("student", m), m, M.locate(m["path"]), a.publish)
+    else:  # ee, lm: each card with its partner's numbers
+        names = a.names or list(KINDS[a.kind].models)
+        if bad := [n for n in names if n not in KINDS[a.kind].models]:
+            raise SystemExit(f"modelcard {a.kind}: no model {bad[0]!r}; the names are "
+                             f"{', '.join(KINDS[a.kind].models)}")  # fmt: skip
+        want = dict.fromkeys(names + [p for n in names if (p := partner(a.kind, n))])
+        ms = {n: M.measure_ee(n) if a.kind == "ee" else M.measure_lm(n) for n in want}
+        for n in names:
+            other = ms.get(partner(a.kind, n) or "")
+            write_card(n, card(a.kind, ms[n], other), ms[n], CHECKPOINTS / n, a.publish)
 
 
 if __name__ == "__main__":

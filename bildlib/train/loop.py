@@ -110,7 +110,7 @@ def save_checkpoint(model, tok, out: Path, dtype: str) -> None:
             os.replace(f, out / f.name)
 
 
-CARD = ("README.md", "card.json")  # what a model card build adds beside the weights (reports.cards)
+CARD = ("README.md", "card.json")  # what a model card build adds beside the weights (reports.modelcard)
 
 
 def verified(out: Path, resume: Path) -> None:

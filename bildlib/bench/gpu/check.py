@@ -103,8 +103,8 @@ def fig4(device, out: Path, n: int = 50, engine: str = "static") -> pd.DataFrame
 
     grid = X.bild_grid("multi30k")
     with tempfile.TemporaryDirectory() as cache:  # timed afresh, and nothing left in data/results
-        df = X.sweep("multi30k", grid, n_examples=n, device=str(device), results=Path(cache), progress=False,
-                     engine=engine)
+        s = X.RunSettings(device=str(device), engine=engine, results=Path(cache))
+        df = X.sweep("multi30k", grid, n_examples=n, settings=s, progress=False)
     s = A.summarize(df)
     table = A.summary_table(s)
     save_table(table.assign(**A.run_info(s)), "fig4_table1", out)  # as notebooks/fig4 writes table1.csv
