@@ -87,13 +87,18 @@ TO_FIGURES = $(if $(PRESET)$(DEVICE),,-p out_dir figures)
 # naming the cell. The longest cells (make bench's sweep, about 45 min here) fit well inside it.
 NB_TIMEOUT ?= 10800
 # BILD_PUBLISH=1 marks a make target's run: a notebook writes figures/ only in one (bildlib.notebook).
-PAPERMILL = BILD_PUBLISH=1 $(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(TO_FIGURES) $(PM_ARGS)
+# --log-output relays what the notebook prints to this terminal, and BILD_PROGRESS=text makes a sweep's
+# progress bar (configurations x examples, with its ETA) lines of text papermill can relay, one every
+# BILD_PROGRESS_EVERY seconds (15; bildlib.experiments.progress): the terminal shows the sweep, not
+# just papermill's cell counter.
+RUN_NOTEBOOK = BILD_PUBLISH=1 BILD_PROGRESS=text $(BIN)/papermill --cwd . --log-output --execution-timeout $(NB_TIMEOUT)
+PAPERMILL = $(RUN_NOTEBOOK) $(TO_FIGURES) $(PM_ARGS)
 # make fig4 is a newcomer's first run: into build/figures/fig4/, so the checkout stays as cloned.
 # make fig4 PUBLISH=1 (and make figures) rewrite the committed figures/fig4.png and table1.csv.
 PUBLISH ?=
 fig4: $(STAMP)
 	@mkdir -p build/notebooks
-	BILD_PUBLISH=1 $(BIN)/papermill --cwd . --execution-timeout $(NB_TIMEOUT) $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
+	$(RUN_NOTEBOOK) $(if $(PUBLISH),$(TO_FIGURES)) $(PM_ARGS) notebooks/fig4.ipynb build/notebooks/fig4.ipynb
 
 figures: $(STAMP)
 	@mkdir -p build/notebooks

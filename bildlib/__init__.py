@@ -1,19 +1,11 @@
-"""bildlib: reproduce Big Little Decoder (Kim et al., NeurIPS 2023).
-
-Subpackages, by concept: data (splits, hub datasets, tokenizer), models (the three-method model
-interface, lean engine), decoding (BiLD and its peers), experiments (presets, sweeps, the cache, the
-paper presets' dry run), analysis (metrics, intervals, costs, committed tables), plots (the figures),
-bench (measurements beyond the sweeps, the GPU check), reports (README blocks, model cards), train
-(the models and students), quant (weight-only quantization of the large model), notebook (what
-notebooks and JupyterLab share), tutorial (the course), and kernels (Triton, imported as
-bildlib.kernels).
-"""
+"""bildlib: reproduce Big Little Decoder (Kim et al., NeurIPS 2023). One folder per concept, each
+saying its job: data, models, decoding, experiments, analysis, plots, bench, reports, train, quant,
+notebook, and kernels (as bildlib.kernels). This module: where the shipped files are read from."""
 
 import os
 from pathlib import Path
 
 __version__ = "0.1.0"
-
 HOME = "BILD_HOME"  # a checkout (or a copy of its data/) to read checkpoints, data and figures from
 
 

@@ -102,7 +102,7 @@ def course_solutions():
 def multi30k_dir() -> Path:
     """The folder holding the real Multi30k files. Absent, the test is skipped with a reason,
     except in CI (CI=true or BILD_REQUIRE_DATA=1), where missing data is a failure."""
-    from bildlib.data import multi30k_candidates
+    from bildlib.data.multi30k import multi30k_candidates
 
     for d in multi30k_candidates():  # the full dataset: the repo's data/multi30k/ ships no train
         if (d / "val.de.gz").is_file() and (d / "train.de.gz").is_file():

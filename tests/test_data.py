@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from bildlib import data
+from bildlib.data import multi30k as m30k
 from conftest import REPO, run_python
 
 
@@ -31,7 +32,7 @@ def write_split(folder, split="val", src=("Ein Hund.", "Zwei Katzen."), tgt=("A 
 def roots(tmp_path, monkeypatch):
     """A fake checkout (REPO_ROOT) and a BILD_DATA_DIR, both empty; downloads disabled by default."""
     repo, env = tmp_path / "repo", tmp_path / "env"
-    monkeypatch.setattr(data, "REPO_ROOT", repo)
+    monkeypatch.setattr(m30k, "REPO_ROOT", repo)
     monkeypatch.setenv("BILD_DATA_DIR", str(env))
     monkeypatch.setenv("BILD_MULTI30K_URL", "http://127.0.0.1:9/nothing-listens-here")
     return repo / "data" / "multi30k", env / "multi30k"
@@ -61,7 +62,7 @@ def test_env_dir_comes_first(roots):
     write_split(repo_dir, src=["Aus repo."], tgt=["From repo."])
     s = data.load_multi30k("val")
     assert s.pairs == [("Aus env.", "From env.")]
-    assert data.multi30k_files("val")[0] == env_dir / "val.de.gz"
+    assert m30k.multi30k_files("val")[0] == env_dir / "val.de.gz"
 
 
 def test_repo_data_dir_is_second(roots):
@@ -75,7 +76,7 @@ def test_unset_env_is_skipped(roots, monkeypatch):
     repo_dir, _ = roots
     monkeypatch.delenv("BILD_DATA_DIR")
     write_split(repo_dir)
-    assert data.multi30k_candidates() == [repo_dir]
+    assert m30k.multi30k_candidates() == [repo_dir]
     assert len(data.load_multi30k("val")) == 2
 
 
@@ -84,7 +85,7 @@ def test_download_is_last_and_checked(roots, tmp_path, monkeypatch):
     served = tmp_path / "served"
     write_split(served)
     sums = {n: hashlib.sha256((served / n).read_bytes()).hexdigest() for n in ("val.de.gz", "val.en.gz")}
-    monkeypatch.setattr(data, "MULTI30K_SHA256", {**data.MULTI30K_SHA256, **sums})
+    monkeypatch.setattr(m30k, "MULTI30K_SHA256", {**m30k.MULTI30K_SHA256, **sums})
     with file_server(served) as url:
         monkeypatch.setenv("BILD_MULTI30K_URL", url)
         s = data.load_multi30k("val")
@@ -102,7 +103,7 @@ def test_download_with_wrong_checksum_keeps_nothing(roots, tmp_path, monkeypatch
     with file_server(served) as url:
         monkeypatch.setenv("BILD_MULTI30K_URL", url)
         with pytest.raises(
-            data.ChecksumError, match=r"val\.de\.gz.*expected " + data.MULTI30K_SHA256["val.de.gz"]
+            data.ChecksumError, match=r"val\.de\.gz.*expected " + m30k.MULTI30K_SHA256["val.de.gz"]
         ):
             data.load_multi30k("val")
     assert not repo_dir.exists() or list(repo_dir.iterdir()) == []
@@ -136,9 +137,9 @@ def test_the_evaluation_splits_ship_with_the_repository(monkeypatch):
     monkeypatch.setenv("BILD_MULTI30K_URL", "http://127.0.0.1:9/nothing-listens-here")
     shipped = REPO / "data" / "multi30k"
     for split, n in (("val", 1014), ("test_2016_flickr", 1000), ("test_2017_flickr", 1000)):
-        src, tgt = data.multi30k_files(split, download_missing=False)
+        src, tgt = m30k.multi30k_files(split, download_missing=False)
         assert src.parent == tgt.parent == shipped
-        assert all(data.sha256(p) == data.MULTI30K_SHA256[p.name] for p in (src, tgt))
+        assert all(data.sha256(p) == m30k.MULTI30K_SHA256[p.name] for p in (src, tgt))
         assert len(data.load_multi30k(split, download_missing=False)) == n
 
     def ignored(name):
@@ -187,7 +188,7 @@ def test_corrupt_gzip(roots):
 
 
 def test_split_api():
-    s = data.Split(data.MULTI30K, "val", [("a", "b"), ("c", "d"), ("e", "f")])
+    s = data.Split(m30k.MULTI30K, "val", [("a", "b"), ("c", "d"), ("e", "f")])
     assert s.sources == ["a", "c", "e"] and s.references == ["b", "d", "f"]
     assert s.head(2).pairs == [("a", "b"), ("c", "d")]
     with pytest.raises(ValueError, match="n must be"):

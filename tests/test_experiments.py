@@ -511,3 +511,59 @@ def test_mixed_dtype_runs_the_small_models_in_float32(env, monkeypatch):
                       "ran_on": ["lean"] * 2, "device_name": ["cpu"] * 2})  # fmt: skip
     assert A.run_info(s)["dtype"] == "bfloat16, small models float32"
     assert A.run_info(s.assign(small_dtype=["", "bfloat16"]))["dtype"] == "bfloat16"
+
+
+def test_run_settings_are_checked_once_frozen_and_travel_whole(env, monkeypatch):
+    """RunSettings checks every field when made, naming it; it cannot be changed on its way (a copy
+    with replace() is checked again); it pickles as Ray ships it; a dict where settings belong is
+    a TypeError; and what a sweep loads (its models and examples) reaches every job beside the
+    settings, not inside them."""
+    import pickle
+    from dataclasses import FrozenInstanceError
+
+    from bildlib.experiments import shards
+
+    bad = {"threads": 0, "warmup": -1, "batch_size": 0, "dtype": "fp8", "engine": "onnx", "device": "tpu",
+           "checkpoints": {"tiny": "x"}}  # fmt: skip
+    for name, value in bad.items():
+        with pytest.raises(ValueError, match=name):
+            X.RunSettings(**{name: value})
+    s = X.RunSettings(results=str(env), checkpoints={"small": "a", "aligned": "b"}, threads=1)
+    assert s.results == env and s.checkpoints == (("aligned", "b"), ("small", "a"))
+    assert s.checkpoint_map == {"aligned": "b", "small": "a"} and pickle.loads(pickle.dumps(s)) == s
+    with pytest.raises(FrozenInstanceError):
+        s.threads = 2
+    with pytest.raises(ValueError, match="threads"):
+        s.replace(threads=0)
+    with pytest.raises(TypeError, match="settings must be an experiments.RunSettings"):
+        X.run(PRESET, X.vanilla("small"), n_examples=2, settings={"results": env})
+    seen = []
+    real = shards.plan
+
+    def plan(preset, config, split, n, settings, models, loaded, shard=None):
+        seen.append((settings, models, len(loaded)))
+        return real(preset, config, split, n, settings, models, loaded, shard=shard)
+
+    monkeypatch.setattr(shards, "plan", plan)
+    one = X.RunSettings(results=env, warmup=0)
+    grid = [X.bild("small", 0.5, 1.0)]
+    X.sweep(PRESET, grid, n_examples=2, baseline_repeats=1, progress=False, settings=one)
+    assert len(seen) == 3 and all(x is one for x, _, _ in seen) and len({id(m) for _, m, _ in seen}) == 1
+    assert all(n == 2 for _, _, n in seen)
+
+
+def test_a_notebooks_parameters_map_onto_run_settings_in_one_place():
+    from bildlib import REPO_ROOT, notebook
+
+    params = notebook.defaults("fig4") | {"dtype": "bfloat16", "threads": 1, "checkpoints": {"aligned": "x"},
+                                          "shards": 0, "address": ""}  # fmt: skip
+    args = notebook.sweep_args(params)
+    assert set(args) == {"split", "n_examples", "executor", "address", "shards", "settings"}
+    assert args["address"] is None and args["shards"] is None
+    s = args["settings"]
+    assert (s.dtype, s.threads, s.engine, s.device) == ("bfloat16", 1, "auto", "cpu")
+    assert s.results == REPO_ROOT / "data" / "results" and s.checkpoint_map == {"aligned": "x"}
+    elsewhere = REPO_ROOT / "elsewhere"
+    assert notebook.sweep_args(params, results=elsewhere)["settings"].results == elsewhere
+    with pytest.raises(ValueError, match="threads"):
+        notebook.sweep_args(params | {"threads": 0})

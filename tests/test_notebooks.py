@@ -2,6 +2,7 @@
 end to end with papermill on the shipped Multi30k pair (a few examples, a tiny grid)."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -411,11 +412,32 @@ def test_make_targets_publish_only_the_default_runs():
 
     assert "out_dir" not in cmd("fig4")
     assert "-p out_dir figures notebooks/fig4.ipynb" in cmd("fig4", "PUBLISH=1")
-    assert re.search(r"BILD_PUBLISH=1 \S*bin/papermill ", cmd("fig4", "PUBLISH=1"))  # notebook.outputs asks
+    assert re.search(r"BILD_PUBLISH=1 (\S+=\S+ )*\S*bin/papermill ", cmd("fig4", "PUBLISH=1"))  # outputs asks
     assert "-p out_dir figures notebooks/$nb.ipynb" in cmd("figures")  # fig4 among the notebooks
     assert "out_dir" not in cmd("fig4", "PUBLISH=1", "PRESET=cnndm-t5")
     assert "out_dir" not in cmd("fig4", "PUBLISH=1", "DEVICE=cuda")
     assert "--out figures/batch" in cmd("bench-batch")
+
+
+def test_a_make_targets_terminal_shows_the_sweeps_progress(shipped, tmp_path):
+    """make fig4, as a newcomer runs it (here on 2 examples, one configuration, a results folder
+    of its own): what reaches make's output is the sweep's own progress, configurations x
+    examples with its rate and ETA, line by line, not only papermill's cell counter."""
+    import subprocess
+
+    args = "-p n_examples 2 -p threads 1 -p results_dir " + str(tmp_path / "results")
+    args += " -y '{fallbacks: [0.5], rollbacks: [1.0]}'"
+    env = {**os.environ, "BILD_PROGRESS_EVERY": "0.01"}
+    p = subprocess.run(["make", "--no-print-directory", "fig4", f"PM_ARGS={args}"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)  # fmt: skip
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    said = re.search(r"to decode: (\d+) configurations x 2 examples, (\d+) decodes", out)
+    assert said, out[-3000:]
+    k, n = said.groups()  # the grid, its baselines and the small models alone, each on 2 examples
+    states = re.findall(rf"^{k} configurations interleaved: +(\d+)%\|[ #0-9]*\| *(\d+)/{n} \[", out, re.M)
+    assert len(states) > 2 and states[-1] == ("100", n), out[-3000:]  # each state a line, the last whole
+    assert "\r" not in out  # no carriage returns: a log relays each line once
 
 
 def test_every_notebook_execution_has_a_timeout():
@@ -432,6 +454,8 @@ def test_every_notebook_execution_has_a_timeout():
         runs = [ln for ln in out.splitlines() if "bin/papermill " in ln]
         assert runs, t
         assert all("--execution-timeout" in ln for ln in runs), (t, runs)
+        # and shows its progress in the terminal: papermill relays the notebook's text lines
+        assert all("--log-output" in ln and "BILD_PROGRESS=text" in ln for ln in runs), (t, runs)
     for f in [*(REPO / "bildlib").rglob("*.py"), *(REPO / "tests").glob("*.py")]:
         text = f.read_text()
         for m in re.finditer(r"execute_notebook\(", text):

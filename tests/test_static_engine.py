@@ -131,7 +131,7 @@ def test_static_runs_the_triton_kernels_as_on_a_gpu(monkeypatch):
 
     if os.environ.get("TRITON_INTERPRET") != "1" or not K.HAS_TRITON:
         pytest.skip("needs Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1)")
-    monkeypatch.setattr(K, "_triton", lambda *xs: True)
+    monkeypatch.setattr("bildlib.kernels.dispatch._triton", lambda *xs: True)
     model, tok = tiny("mt5"), tiny_tokenizer()
     hf, st = LM(model, tok, engine="hf"), LM(model, tok, engine="static")
     src = torch.randint(3, 40, (1, 21), generator=torch.Generator().manual_seed(2))  # two encoder chunks

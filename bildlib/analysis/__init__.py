@@ -1,295 +1,37 @@
-"""Results read and scored: metrics, evaluation, intervals, costs, committed tables (submodules).
+"""Results read and scored. `summary` (a sweep's per-configuration summaries with their 95 %
+intervals, the run they came from, the Pareto frontier), `table1` (Table 1 under both rules,
+Fig. 5's picks), `intervals`, `metrics`, `evaluate`, `perplexity`, `cost` and `roofline`, the
+paper's numbers beside ours (`reported`), the committed tables and verdicts (`tables`, `claims`,
+`targets`, `verdicts`), sampled runs (`sampled`). Pure pandas over what experiments.sweep returns;
+the plots draw from these."""
 
-This module: reading a sweep's results: per-configuration summaries with their 95 % intervals
-(bildlib.analysis.intervals), the Pareto frontier, Table 1 under both rules, Fig. 5's picks. Pure pandas
-over the DataFrame that experiments.sweep returns; the plots draw from these."""
+from bildlib.analysis.summary import (
+    best_row,
+    pareto,
+    per_example,
+    run_info,
+    run_tag,
+    same_outputs_pct,
+    summarize,
+    vanilla_large,
+)  # fmt: skip
+from bildlib.analysis.table1 import (
+    ABLATIONS,
+    REGIMES,
+    RULES,
+    SPREAD,
+    TABLE1_MODELS,
+    ablation_best,
+    best_quality,
+    rules_of,
+    spread_of,
+    summary_table,
+    thresholds_of,
+    within,
+)  # fmt: skip
 
-from __future__ import annotations
-
-import pandas as pd
-
-
-def vanilla_large(frame: pd.DataFrame) -> pd.DataFrame:
-    """The vanilla-large rows of a sweep's rows or of a summarize() table: the baseline (a sweep's
-    baselines all decode as its `sampling` says, on the run's engine: a vanilla large with an
-    engine of its own, as in the peers notebook, is a configuration like any other). The
-    baseline model is frame.attrs["baseline"] when a sweep set one ("ee": early exit's full model)."""
-    own = frame["engine"].fillna("").eq("") if "engine" in frame else True
-    model = frame.attrs.get("baseline", "large")
-    return frame[(frame["method"] == "vanilla") & (frame["model"] == model) & own]
-
-
-def best_row(rows: pd.DataFrame, by: str) -> pd.Series | None:
-    """The row with the largest `by`, or None when there are no rows."""
-    return None if rows.empty else rows.loc[rows[by].idxmax()]
-
-
-def summarize(df: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
-    """One row per configuration: score, mean latency, speedup and normalized latency against
-    vanilla large (mean over its repeats), the fallback / rollback / large-token rates, and
-    whether it was timed on a busy machine (experiments.busy; False for older results). A sharded
-    sweep (experiments.sweeps) normalizes each configuration by its own shard's baseline.
-    intervals: 95 % paired-bootstrap intervals of score, speedup and the score's difference to
-    the baseline (bildlib.analysis.intervals: score_lo/hi, speedup_lo/hi, delta_lo/hi); the rows need
-    their outputs and references."""
-    missing = {"verify_end": None, "busy": False, "drafted": 0, "discarded": 0, "engine": None}  # older rows
-    missing |= {"small_s": float("nan"), "large_s": float("nan"), "ran_on": "", "shard": 0, "large_calls": 0}
-    missing |= {"dtype": "", "small_dtype": "", "device_name": "", "verify_end_below": None}
-    df = df.assign(**{c: v for c, v in missing.items() if c not in df})
-    base = vanilla_large(df)
-    if base.empty:
-        raise ValueError("no vanilla-large rows: run the sweep with its baseline")
-    per_repeat = base.groupby(["shard", "repeat"])["latency_s"].mean()  # (shard, repeat) -> mean
-    refs = per_repeat.groupby("shard").mean()  # shard -> its baseline latency
-    spread = per_repeat.groupby("shard").agg(lambda x: 100 * (x.max() - x.min()) / x.mean())
-    if orphans := sorted(set(df["shard"]) - set(refs.index)):
-        raise ValueError(f"shard(s) {orphans} have no vanilla-large rows: every shard needs its baseline")
-    df = df.assign(engine=df["engine"].fillna(""))  # "": the run's engine
-    g = df.groupby("label", sort=False)
-    s = g.agg(
-        method=("method", "first"),
-        model=("model", "first"),
-        fallback=("fallback", "first"),
-        rollback=("rollback", "first"),
-        window=("window", "first"),
-        threshold=("threshold", "first"),
-        repeat=("repeat", "first"),
-        score=("score", "first"),
-        latency_s=("latency_s", "mean"),
-        tokens=("tokens", "sum"),
-        fallbacks=("fallbacks", "sum"),
-        rollbacks=("rollbacks", "sum"),
-        large_tokens=("large_tokens", "sum"),
-        large_calls=("large_calls", "sum"),
-        n=("id", "count"),
-        verify_end=("verify_end", "first"),
-        verify_end_below=("verify_end_below", "first"),
-        busy=("busy", "any"),
-        drafted=("drafted", "sum"),
-        discarded=("discarded", "sum"),
-        engine_=("engine", "first"),
-        small_s=("small_s", "mean"),
-        large_s=("large_s", "mean"),
-        ran_on=("ran_on", "first"),
-        dtype=("dtype", "first"),
-        small_dtype=("small_dtype", "first"),
-        device_name=("device_name", "first"),
-        shard=("shard", "first"),
-    ).rename(columns={"engine_": "engine"})  # fmt: skip (agg's own `engine` keyword is numba's)
-    s["verify_end"] = s["verify_end"].map(lambda v: v in (True,))  # None (Algorithm 1) -> False
-    for c in ("fallback", "rollback", "window", "threshold", "verify_end_below"):  # None where unused -> NaN
-        s[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
-    ref = s["shard"].map(refs)
-    s["norm_latency"] = s["latency_s"] / ref
-    s["speedup"] = ref / s["latency_s"]
-    s["fallback_pct"] = 100 * s["fallbacks"] / s["tokens"]
-    s["rollback_pct"] = 100 * s["rollbacks"] / s["tokens"]
-    s["large_pct"] = 100 * s["large_tokens"] / s["tokens"]
-    s["large_call_pct"] = (
-        100 * s["large_calls"] / s["tokens"]
-    )  # the paper's "fallback" of speculative decoding
-    s["rejected_pct"] = 100 * s["discarded"] / s["drafted"].where(s["drafted"] > 0)  # of drafted tokens
-    # the decoder loop's own cost: wall time minus the model calls' (NaN where calls are not timed:
-    # transformers' generate and assisted generation report none)
-    calls = s["small_s"] + s["large_s"]
-    calls = calls.where(calls > 0)
-    s["loop_pct"] = 100 * (s["latency_s"] - calls) / calls
-    s["loop_us_per_token"] = 1e6 * (s["latency_s"] - calls) * s["n"] / s["tokens"]
-    if intervals and {"output", "reference", "id"} <= set(df):
-        s = s.join(_intervals(df, base), on="label")
-        first = base.sort_values("repeat").groupby("shard")["label"].first()  # each shard's score baseline
-        s["delta"] = s["score"] - s["shard"].map(first.map(s["score"]))
-    s.attrs = dict(df.attrs) | {
-        "baseline_latency_s": float(refs.mean()),  # the mean over shards of each one's baseline
-        "baseline_spread_pct": float(spread.max()),  # the largest spread of one shard's repeats
-        "baseline_repeats": int(per_repeat.groupby("shard").size().min()),
-        "shard_baselines_s": {int(k): float(v) for k, v in refs.items()},
-    }
-    return s.reset_index()
-
-
-def _intervals(df: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
-    """bildlib.analysis.intervals per shard, each against its own baseline's repeats."""
-    from bildlib.analysis import intervals
-
-    metric = df.attrs.get("metric", "bleu")
-    out = []
-    for k, rows in df.groupby("shard"):
-        b = base[base["shard"] == k].sort_values("repeat")
-        out.append(intervals.shard_intervals(rows, list(dict.fromkeys(b["label"])), metric))
-    return pd.concat(out)
-
-
-def run_info(s: pd.DataFrame) -> dict:
-    """What a summarize() table was measured with, for a figure's caption and a table's columns:
-    n (examples), dtype, engine, device and the baseline model. dtype names the small models'
-    own where they ran in another (dtype "mixed": models.small_policy)."""
-
-    def one(col: str) -> str:
-        vals = sorted({str(v) for v in s[col].dropna() if str(v)}) if col in s else []
-        return "/".join(vals) or "?"
-
-    base = "vanilla " + s.attrs.get("baseline", "large")
-    dtype, small = one("dtype"), one("small_dtype")
-    if small not in ("?", dtype):  # e.g. "bfloat16/float32, small models float32"
-        dtype = f"{dtype}, small models {small}"
-    return {"n": int(s["n"].max()), "dtype": dtype, "engine": one("ran_on"),
-            "device": one("device_name"), "baseline": base}  # fmt: skip
-
-
-def run_tag(s: pd.DataFrame) -> str:
-    """run_info as one line: "n=100, float32, lean, baseline vanilla large"."""
-    i = run_info(s)
-    return f"n={i['n']}, {i['dtype']}, {i['engine']} engine, baseline {i['baseline']}"
-
-
-def pareto(s: pd.DataFrame) -> pd.DataFrame:
-    """The configurations no other beats on both normalized latency (lower) and score (higher)."""
-    s = s.sort_values(["norm_latency", "score"], ascending=[True, False])
-    keep, best = [], float("-inf")
-    for i, r in s.iterrows():
-        if r["score"] > best:
-            keep.append(i)
-            best = r["score"]
-    return s.loc[keep]
-
-
-REGIMES = (("no loss", 0.2), ("≤ 0.5 point", 0.5), ("≤ 1 point", 1.0))
-# How a configuration qualifies for a regime "within tol of vanilla large":
-RULES = {
-    # the headline: the 95 % paired-bootstrap interval of its score minus vanilla large's lies
-    # above -tol, i.e. at 95 % confidence it loses at most tol (bildlib.analysis.intervals)
-    "interval": "lower end of the 95 % interval of (score - vanilla large's) >= -tol",
-    # the paper's: its measured score is at least vanilla large's minus tol
-    "point": "score >= vanilla large's score - tol",
-}
-SPREAD = ["score_lo", "score_hi", "speedup_lo", "speedup_hi", "delta", "delta_lo", "delta_hi"]  # summarize's
-
-
-def spread_of(s: pd.DataFrame) -> list[str]:
-    """The SPREAD columns a summarize() table has (none when it was made without intervals)."""
-    return [c for c in SPREAD if c in s]
-
-
-def rules_of(s: pd.DataFrame) -> tuple[str, ...]:
-    """The RULES a summarize() table can decide on: both with intervals, else only "point"."""
-    return ("interval", "point") if "delta_lo" in s else ("point",)
-
-
-def within(b: pd.DataFrame, vanilla_score: float, tol: float, rule: str = "interval") -> pd.Series:
-    """Which configurations of summarize() table b qualify for "within tol" under rule (RULES)."""
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
-    if rule == "interval":
-        if "delta_lo" not in b:
-            raise ValueError("rule 'interval' needs summarize(..., intervals=True)")
-        return b["delta_lo"] >= -tol - 1e-9
-    return b["score"] >= vanilla_score - tol - 1e-9
-
-
-TABLE1_MODELS = {"small": "BiLD (unaligned)", "aligned": "BiLD (aligned)", "student": "BiLD (student)"}
-
-
-def summary_table(s: pd.DataFrame, regimes=REGIMES, rules: tuple | None = None) -> pd.DataFrame:
-    """Paper Table 1 from summarize(): vanilla large's score, and for unaligned and aligned BiLD
-    (and BiLD with the student where the sweep has it: docs/data-and-models.md, Students)
-    the best speedup that stays within 0.2 of vanilla ("no loss") and within 1 point (the
-    paper's two regimes), and within 0.5 (this project's benchmark bar), under each rule of
-    RULES (column `rule`; None: both where summarize computed intervals, else "point"); with the
-    95 % intervals where summarize computed them."""
-    van = vanilla_large(s)
-    vanilla_score = float(van["score"].mean())
-    first, spread = van.sort_values("repeat").iloc[0], spread_of(s)
-    rows = []
-    for rule in rules or rules_of(s):
-        rows.append({"rule": rule, "model": "Vanilla (large)", "regime": "", "score": vanilla_score,
-                     "speedup": 1.0} | first[spread].to_dict())  # fmt: skip
-        for m, name in TABLE1_MODELS.items():
-            b = s[(s["method"] == "bild") & (s["model"] == m) & s["fallback"].notna() & s["rollback"].notna()]
-            if m == "student" and b.empty:
-                continue  # the student is built, not shipped: a row only where it ran
-            for regime, tol in regimes:
-                r = best_row(b[within(b, vanilla_score, tol, rule)], "speedup") if not b.empty else None
-                row = {"rule": rule, "model": name, "regime": regime}
-                if r is not None:
-                    row |= {"score": r["score"], "speedup": r["speedup"]} | r[spread].to_dict()
-                    row |= {
-                        "fallback": r["fallback"],
-                        "rollback": r["rollback"],
-                        "verify_end": r["verify_end"],
-                    }
-                    row |= {"fallback_pct": r["fallback_pct"], "rollback_pct": r["rollback_pct"]}
-                rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def thresholds_of(table: pd.DataFrame, model: str, regime: str, rule: str = "point") -> tuple[float, float]:
-    """(α_FB, α_RB) of a summary_table row, e.g. ("BiLD (aligned)", "≤ 1 point"), under rule
-    (RULES; "point", the paper's, by default: a figure that shows one configuration shows the
-    paper's pick)."""
-    t = table[table["rule"] == rule] if "rule" in table else table
-    row = t.set_index(["model", "regime"]).loc[(model, regime)]
-    if pd.isna(row.get("fallback")):
-        raise ValueError(
-            f"no {model} configuration reaches the {regime!r} regime ({rule} rule) in this sweep"
-        )
-    return float(row["fallback"]), float(row["rollback"])
-
-
-def best_quality(s: pd.DataFrame, model: str) -> str:
-    """The label of the highest-scoring BiLD configuration with small model `model` in a
-    summarize() table (the faster one on a tie)."""
-    b = s[(s["method"] == "bild") & (s["model"] == model)]
-    if b.empty:
-        raise ValueError(f"no BiLD configuration with the {model} small model in this sweep")
-    return str(b.sort_values(["score", "speedup"], ascending=False)["label"].iloc[0])
-
-
-def per_example(df: pd.DataFrame, label: str) -> pd.DataFrame:
-    """arXiv v1 Fig. 6: one row per example with vanilla large's latency (mean over its repeats in
-    the sweep), `label`'s latency, and whether `label` was slower on it."""
-    base, run = vanilla_large(df), df[df["label"] == label]
-    if "shard" in df and not run.empty:  # a sharded sweep: the baseline of label's own shard
-        base = base[base["shard"] == run["shard"].iloc[0]]
-    if base.empty or run.empty:
-        raise ValueError(f"per_example needs vanilla-large rows and rows labelled {label!r}")
-    out = pd.DataFrame(
-        {"vanilla_s": base.groupby("id")["latency_s"].mean(), "bild_s": run.set_index("id")["latency_s"]}
-    ).dropna()
-    out["slower"] = out["bild_s"] > out["vanilla_s"]
-    return out.rename_axis("id").reset_index()
-
-
-def same_outputs_pct(df: pd.DataFrame, label: str, other: str = "vanilla-large") -> float:
-    """The share of examples on which `label` wrote exactly `other`'s tokens (greedy speculative
-    decoding against vanilla large: 100 % when lossless)."""
-    a, b = (df[df["label"] == x].set_index("id")["output_ids"] for x in (label, other))
-    if a.empty or b.empty:
-        raise ValueError(f"same_outputs_pct needs rows labelled {label!r} and {other!r}")
-    return 100 * float(sum(list(a[i]) == list(b[i]) for i in a.index) / len(a))
-
-
-ABLATIONS = {  # Fig. 5's variants of aligned BiLD: name -> which rows of a summarize() table
-    "BiLD": lambda b: b[b["fallback"].notna() & b["rollback"].notna()],
-    "No rollback": lambda b: b[b["fallback"].notna() & b["rollback"].isna()],
-    "No fallback (window)": lambda b: b[b["fallback"].isna()],
-}
-
-
-def ablation_best(s: pd.DataFrame, model: str = "aligned", tolerances=(0.5, 1.0)) -> pd.DataFrame:
-    """Fig. 5's numbers: for each variant (ABLATIONS) its best-scoring configuration, and its
-    fastest within each tolerance of vanilla large under each rule (RULES), with the intervals."""
-    b = s[(s["method"] == "bild") & (s["model"] == model)]
-    v = float(vanilla_large(s)["score"].mean())
-    keep = ["label", "score", "speedup", "fallback", "rollback", "window", *spread_of(s)]
-    rows = []
-    for name, pick in ABLATIONS.items():
-        g = pick(b)
-        top = best_row(g, "score")
-        rows.append({"variant": name, "pick": "best score"} | ({} if top is None else top[keep].to_dict()))
-        for rule in rules_of(s):
-            for tol in tolerances:
-                r = best_row(g[within(g, v, tol, rule)], "speedup") if not g.empty else None
-                pick_name = f"fastest within {tol:g} ({rule} rule)"
-                rows.append({"variant": name, "pick": pick_name} | ({} if r is None else r[keep].to_dict()))
-    return pd.DataFrame(rows)
+__all__ = [
+    "ABLATIONS", "REGIMES", "RULES", "SPREAD", "TABLE1_MODELS", "ablation_best", "best_quality", "best_row",
+    "pareto", "per_example", "rules_of", "run_info", "run_tag", "same_outputs_pct", "spread_of", "summarize",
+    "summary_table", "thresholds_of", "vanilla_large", "within",
+]  # fmt: skip

@@ -19,10 +19,9 @@ from __future__ import annotations
 import os
 import socket
 
-from tqdm.auto import tqdm
-
 from bildlib.decoding.common import check_count
 from bildlib.experiments.config import Config
+from bildlib.experiments.progress import bar as progress_bar
 from bildlib.experiments.settings import RunSettings
 from bildlib.experiments.shards import Result, compute, shard
 
@@ -145,7 +144,7 @@ def run(
     task = ray.remote(_shard).options(max_retries=retries, **ask)
     refs = {task.remote(preset, s, split, n_examples, worker, flush_every, meter): s for s in groups}
     n_configs = sum(len(s.configs) for s in groups)
-    bar = tqdm(total=0, desc=f"{len(groups)} shards on Ray", unit="example", disable=not progress)
+    bar = progress_bar(0, f"{len(groups)} shards on Ray", disable=not progress, unit="example")
     done, failed, pending = {}, {}, list(refs)
     try:
         while pending:

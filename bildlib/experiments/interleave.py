@@ -15,11 +15,11 @@ from contextlib import ExitStack
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from bildlib.analysis import metrics
 from bildlib.analysis.evaluate import machine, worker
 from bildlib.experiments import busy, cache, measure
+from bildlib.experiments.progress import bar as progress_bar
 
 
 class _Run:
@@ -152,7 +152,7 @@ def compute(
         n = len(jobs[todo[0]].examples) if todo else 0
         left = sum(n - len(r.rows) for r in runs.values())
         what = f"{len(runs)} configurations interleaved"
-        bar = tqdm(total=left, desc=what, disable=not progress, leave=False)
+        bar = progress_bar(left, what, disable=not progress)
         report("total", left)
         report("finished", len(out))
         first = min((len(r.rows) for r in runs.values()), default=n)

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bildlib.analysis import best_row, pareto, spread_of, vanilla_large
-from bildlib.plots import caption, frontier, legend, reference_lines
+from bildlib.plots.common import caption, frontier, legend, reference_lines
 
 
 def _own_large(s: pd.DataFrame) -> pd.DataFrame:

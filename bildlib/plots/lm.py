@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bildlib.plots import METRIC_NAME, caption, frontier, legend, plt, reference_lines, smalls
+from bildlib.plots.common import METRIC_NAME, caption, frontier, legend, plt, reference_lines, smalls
 
 
 def table2(t: pd.DataFrame, s: pd.DataFrame, title: str = "") -> plt.Figure:

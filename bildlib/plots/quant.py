@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bildlib.plots import legend, plt
+from bildlib.plots.common import legend, plt
 
 
 def quantized(t: pd.DataFrame, title: str = "") -> plt.Figure:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bildlib.plots import legend, plt
+from bildlib.plots.common import legend, plt
 
 
 def labels(ax, names, xs, ys, dx: float, dy: float, placed: list | None = None, edge=None) -> None:
