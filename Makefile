@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.bildlib-installed
 # Triton (extra `cuda`) has Linux wheels only; on Linux it also runs the kernel tests on CPU.
 # Ray (extra `cluster`) runs sweeps on a cluster; the tests start a local instance.
-# CTranslate2 (extra `peers`) is make bench's peer engine (docs/engines.md).
+# CTranslate2 (extra `peers`) is make bench's peer engine (docs/engines-cpu.md).
 EXTRAS ?= $(if $(filter Linux,$(shell uname -s)),dev$(comma)cuda$(comma)cluster$(comma)peers,dev$(comma)cluster$(comma)peers)
 comma := ,
 # On this project's machines Multi30k sits in ../shared/data (see docs/data-and-models.md).
@@ -190,6 +190,7 @@ release: $(STAMP)
 # README's result blocks from the committed CSVs and JSON (bildlib.reports.readme; a test checks them).
 report: $(STAMP)
 	$(BIN)/python -m bildlib.reports
+	$(BIN)/python -m bildlib.reports.toc
 
 # The benchmark bars (docs/engines.md): the peers notebook, BiLD against transformers' generate and
 # assisted generation in one interleaved run, over all of Multi30k val (1,014 sentences), once in
@@ -218,8 +219,8 @@ bench-ct2: ct2
 ct2: $(STAMP)
 	$(BIN)/python -m bildlib.bench.ct2peer convert data/checkpoints/multi30k-large
 
-# fig4's sweep over all of val on another grid, into build/figures/bench/ (docs/history.md has the
-# earlier runs made this way, before the lean engine).
+# fig4's sweep over all of val on another grid, into build/figures/bench/ (the earlier runs made this way,
+# before the lean engine, are in git: git show 762cfe5:docs/history.md).
 BENCH_GRID ?= -y '{fallbacks: [0.3, 0.4, 0.5], rollbacks: [0.5, 1.0]}'
 BENCH_OUT ?= build/figures/bench
 bench-grid: $(STAMP)
@@ -234,7 +235,7 @@ bench-batch: $(STAMP)
 	$(BIN)/python -m bildlib.bench.batchbench --check --out figures/batch
 	$(BIN)/python -m bildlib.bench.batchbench --out figures/batch
 
-# On a CUDA machine (docs/engines.md, "On a GPU"): the Triton kernels' tests compiled for the GPU,
+# On a CUDA machine (docs/engines-gpu.md, "On a GPU"): the Triton kernels' tests compiled for the GPU,
 # then bildlib.bench.gpu's parts (its --plan lists them: the paper's regime per engine and model,
 # lossless BiLD in each dtype and engine, fig4's sweep on the static engine, the probes, the calls),
 # into figures/gpu/. Without a GPU it stops at once and says so. It finishes the check after failed
@@ -256,7 +257,7 @@ exactness: $(STAMP)
 # emulated"). Each CPU model in turn: an AMD EPYC Milan (family 25 model 1: MKL and OpenBLAS pick
 # their AMD paths) and an Intel Haswell. It only emulates downward: QEMU 7.2's TCG has no AVX512 or
 # AMX. On this project's AMD EPYC (family 25 model 17, 2 CPUs) the tests took 21 min under the Haswell
-# model and the two exactness runs about 20 min per model: about 80 min in all, undisturbed (docs/engines.md).
+# model and the two exactness runs about 20 min per model: about 80 min in all, undisturbed (docs/row-invariance.md).
 CPUS ?= EPYC-Milan Haswell
 CPUS_N ?= 100
 CPUS_TESTS ?= tests/test_wholecall.py tests/test_rowinv.py tests/test_kernels_rowinv.py tests/test_engine.py tests/test_cpu_kernels.py

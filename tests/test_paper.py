@@ -256,7 +256,7 @@ def test_cuda_branches_logic_on_cpu():
     assert resolve_dtype("auto", cuda, torch.float16) == torch.float16
     from bildlib.models.load import native_bf16
 
-    cpu_bf16 = torch.bfloat16 if native_bf16() else torch.float32  # default is auto (README, Which dtype)
+    cpu_bf16 = torch.bfloat16 if native_bf16() else torch.float32  # default: auto (docs/results.md)
     assert resolve_dtype("default", torch.device("cpu"), torch.bfloat16) == cpu_bf16
 
     class FakeRay:

@@ -4,6 +4,7 @@ nothing quoted by hand; the layout table names every module; the committed check
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -45,12 +46,12 @@ def test_no_result_number_stands_outside_a_block():
     outside = report.BLOCK.sub("", README)
     assert not re.findall(r"\d+(?:\.\d+)?×", outside), "a speedup typed by hand: put it in a report block"
     assert not re.findall(r"\b\d{2}\.\d{2}\b", outside), "a score typed by hand: put it in a report block"
-    assert len(README.splitlines()) <= 300
+    assert len(README.splitlines()) < 200  # what it is, the two commands, the claims, the headline, links
 
 
 def test_layout_table_names_every_module_and_only_existing_ones():
     named = set()
-    for line in README.splitlines():
+    for line in (REPO / "docs" / "layout.md").read_text().splitlines():
         if not line.startswith("| `"):
             continue
         folder = None
@@ -60,13 +61,13 @@ def test_layout_table_names_every_module_and_only_existing_ones():
                 continue
             base = REPO / ("" if folder == "kernels/" else "bildlib") / (folder or "")
             assert (base / name).is_file(), (
-                f"README's layout names {folder or ''}{name}, which does not exist"
+                f"docs/layout.md names {folder or ''}{name}, which does not exist"
             )
             named.add((base / name).resolve())
     modules = {p.resolve() for p in [*(REPO / "bildlib").rglob("*.py"), *(REPO / "kernels").glob("*.py")]
                if p.name != "__init__.py"}  # fmt: skip
     missing = sorted(str(p.relative_to(REPO)) for p in modules - named)
-    assert not missing, f"modules missing from README's layout table: {missing}"
+    assert not missing, f"modules missing from docs/layout.md's table: {missing}"
 
 
 CHECKED = ["fig4", "fig2", "fig5", "fig10", "fig8", "table3", "latency_scatter", "full/fig4", "authors/fig4",
@@ -227,13 +228,83 @@ def test_a_trial_run_in_figures_is_refused(tree):
 
 def test_a_run_that_names_no_code_state_is_refused(tree, capsys, monkeypatch):
     """Every committed run names its code state; one that names none is refused, naming file and
-    block. (README's blocks alone here; make report's own check covers every file.)"""
-    monkeypatch.setattr(report, "FILES", ("README.md",))
+    block. (README's and docs/results.md's blocks alone here; make report's own check covers every file.)"""
+    monkeypatch.setattr(report, "FILES", ("README.md", "docs/results.md"))
     assert report.unnamed_runs(tree) == []
     f = tree / "figures" / "fig4_checks.json"
     f.write_text(json.dumps({k: v for k, v in json.loads(f.read_text()).items() if k != "code"}))
     bad = report.unnamed_runs(tree)
     assert bad and all("figures/fig4_checks.json names no code state" in b for b in bad)
-    assert any(b.startswith("README.md, block 'table1'") for b in bad)
+    assert any(b.startswith("docs/results.md, block 'table1'") for b in bad)
     assert report.main(["--root", str(tree)]) == 2
     assert "fig4_checks.json names no code state" in capsys.readouterr().err
+
+
+def test_every_doc_page_opens_with_its_contents():
+    """README and every page of docs/ open with a contents paragraph listing each of its sections,
+    in order, each linked to the anchor GitHub gives it (make report writes them: reports.toc); a
+    section added or renamed without it fails here."""
+    from bildlib.reports import toc
+
+    pages = toc.pages()
+    assert len(pages) >= 15 and REPO / "README.md" in pages
+    assert toc.check() == [], "run make report"
+    for p in pages:
+        text = p.read_text()
+        paras = text.split("\n\n")
+        at = next(i for i, x in enumerate(paras) if x.startswith("**Contents:**"))
+        first = next(i for i, x in enumerate(paras) if x.startswith("## "))
+        assert 2 <= at <= 3 and at < first, p.name  # the title, its opening paragraph(s), then the contents
+        assert len(toc.sections(text)) >= 2, f"{p.name}: one section is no table of contents"
+    assert toc.slug("The paper's claims, checked here") == "the-papers-claims-checked-here"
+    assert toc.slug("Table 1 and `make fig4` (α_FB ≤ 0.5, 2×)") == "table-1-and-make-fig4-α_fb--05-2"
+    text = "# T\n\nIntro.\n\n## A b\n\nx\n\n```\n## not a heading\n```\n\n## A b\n"
+    assert toc.render(text).split("\n\n")[2] == "**Contents:** [A b](#a-b) · [A b](#a-b-1)"
+    assert toc.render(toc.render(text)) == toc.render(text)  # written once, then left as it is
+    with pytest.raises(ValueError, match="x.md: a page opens with a '# ' title"):
+        toc.render("no title\n\ntext\n\n## A\n", "x.md")
+
+
+def test_a_first_run_is_timed_in_a_fresh_clone_and_reported_per_kind_of_cpu(tmp_path, monkeypatch):
+    """firstrun.record clones the checkout, runs make setup then make fig4 there, and keeps one row per
+    CPU and instruction set, with the dtype, engine and code state the run's own checks file names;
+    the block lists every row, a row timed by hand saying so."""
+    import subprocess
+
+    from bildlib.reports import firstrun
+
+    ran, real = [], subprocess.run
+
+    def run(cmd, cwd=None, **kw):
+        if cmd[0] != "make":
+            return real(cmd, cwd=cwd, **kw)
+        ran.append(cmd[-1])
+        assert "BILD_DATA_DIR" not in kw["env"] and not (Path(cwd).parent / "shared").exists()  # alone
+        if cmd[-1] == "fig4":
+            out = Path(cwd) / "build" / "figures" / "fig4"
+            out.mkdir(parents=True)
+            checks = {"dtype": "bfloat16", "engine": "native", "code": "abc"}
+            (out / "fig4_checks.json").write_text(json.dumps(checks))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(firstrun.subprocess, "run", run)
+    csv = tmp_path / "figures" / "firstrun" / "fig4.csv"
+    csv.parent.mkdir(parents=True)
+    hand = "timed by hand elsewhere"
+    pd.DataFrame([{"cpu": "Other", "isa": "AVX2", "cores": None, "setup_min": 4.0, "notebook_min": 8.0,
+                   "total_min": 12.2, "measured_by": hand}]).to_csv(csv, index=False)  # fmt: skip
+    row = firstrun.record(REPO, csv)
+    assert ran == ["setup", "fig4"]
+    assert (row["dtype"], row["engine"], row["code"]) == ("bfloat16", "native", "abc")
+    again = firstrun.record(REPO, csv)  # the same kind of CPU: its row replaced, the other kept
+    t = pd.read_csv(csv)
+    assert len(t) == 2 and list(t["measured_by"]) == [hand, firstrun.SELF]
+    assert again["cpu"] == t["cpu"].iloc[1]
+    lines = firstrun.block(tmp_path).splitlines()
+    assert lines[0].startswith("- **Other, AVX2:** 12 min (4 to set up, 8 for the notebook; timed by hand")
+    assert f"{row['cores']} cores:**" in lines[1]
+    assert "in bfloat16 on the native engine; code state `abc`)" in lines[1]
+    t.loc[1, "dtype"] = None
+    t.to_csv(csv, index=False)
+    with pytest.raises(report.ReportError, match="column 'dtype'"):
+        firstrun.block(tmp_path)  # a recorded run names what it ran in

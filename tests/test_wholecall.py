@@ -160,7 +160,7 @@ def test_hf_engine_is_not_checked():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_t5_self_attention_may_take_the_prefix_path_in_bf16_only(monkeypatch, dtype):
     """The T5 engine offers lean_common.attend_prefix to its self-attention in half precision only
-    (in float32 one row alone is a cheap bmm: docs/engines.md, *Row invariance*); and where the
+    (in float32 one row alone is a cheap bmm: docs/row-invariance.md); and where the
     one-call masked path is refused, as by the attention injected here, the prefix path keeps a
     tiny T5's k-token calls at one-token calls' bits in either dtype, with no op family switched."""
     from bildlib.models import lean_common as LCm

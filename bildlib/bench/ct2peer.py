@@ -6,7 +6,7 @@ torch; the two OpenMP runtimes in one process made CTranslate2 3.5x slower), bil
 in this one. They alternate in blocks of `block` sentences, A B A B, each side warmed on the
 first `warmup` sentences untimed; every sentence is timed once by each, so the ratios are paired
 and their 95 % intervals come from the same bootstrap as the sweeps' (bildlib.analysis.intervals).
-Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines.md.
+Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines-cpu.md.
 
     python -m bildlib.bench.ct2peer convert data/checkpoints/multi30k-large    # make ct2
     python -m bildlib.bench.ct2peer steps      # its decoder step on the shipped pair, as callbench's
@@ -196,7 +196,7 @@ def _iv(name: str, x: np.ndarray) -> dict:
 def steps(path: str | Path, source: list[str], threads: int = 2, n: int = 20, rounds: int = 50) -> dict:
     """CTranslate2's cost of a sentence's parts on one source (its tokens): the median time of a
     forced 1-token output (encoding and one step) and of a forced (n + 1)-token one, alternated;
-    a decoder step is their difference over n (docs/engines.md compares it with the lean step)."""
+    a decoder step is their difference over n (docs/engines-cpu.md compares it with the lean step)."""
     import statistics
 
     with Worker(convert(path), threads) as w:

@@ -1,7 +1,7 @@
 """CTranslate2's greedy decoding in a process of its own (bildlib.bench.ct2peer starts it).
 
 Never imports torch: torch and CTranslate2 each bring an OpenMP runtime, and in one process
-CTranslate2 ran 3.5x slower (docs/engines.md, *CTranslate2*). Requests are JSON lines on stdin,
+CTranslate2 ran 3.5x slower (docs/engines-cpu.md, *CTranslate2*). Requests are JSON lines on stdin,
 {"tokens": [source tokens], "max": max_decoding_length} (and "min": min_decoding_length,
 to force a length); each answer is one JSON line,
 {"tokens": [output tokens], "s": seconds of translate_batch alone}. The first line it writes

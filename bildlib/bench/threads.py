@@ -1,7 +1,7 @@
 """Each engine at its fastest thread count: how CTranslate2's OpenMP runtime and torch's scale with
 threads is a property of the CPU and of what else runs, so the CTranslate2 peer (bench.peers,
 make bench) times each at 1, 2, ... threads on a few sentences first and runs each at its fastest
-(docs/engines.md, *CTranslate2, the peer engine*).
+(docs/engines-cpu.md, *CTranslate2, the peer engine*).
 
     python -m bildlib.bench.threads [--threads 2] [--n 8]   # both engines' ms per sentence here
 """
@@ -25,7 +25,7 @@ def ct2_threads(model_dir: Path, sources: list[list[str]], max_len: int, options
     """CTranslate2's fastest intra_threads on this machine: a worker process per option, one at a
     time, each warmed on the first source, then timed over all of them; `rounds` rounds, the
     options' order alternating. Returns (the fastest, {option: ms per sentence}); which count is
-    fastest depends on the CPU and on what else runs (docs/engines.md)."""
+    fastest depends on the CPU and on what else runs (docs/engines-cpu.md)."""
     total = dict.fromkeys(options, 0.0)
     for r in range(rounds):
         for t in options[:: 1 if r % 2 == 0 else -1]:

@@ -17,25 +17,25 @@ from bildlib.decoding import Trace
 
 def decode(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace]:
     """Run config's decoder on one source with models (an experiments.Models) on its engine."""
-    c, kw = config, {"max_new_tokens": max_new_tokens}
+    c, n = config, max_new_tokens
     engine = c.runs_on
     if c.method == "vanilla":
-        return D.vanilla(models.get(c.model, engine), src, sampling=c.sampling, **kw)
+        return D.vanilla(models.get(c.model, engine), src, sampling=c.sampling, max_new_tokens=n)
     if c.method == "generate":
-        return D.hf_generate(models.get("large", engine), src, **kw)
+        return D.hf_generate(models.get("large", engine), src, max_new_tokens=n)
     if c.method == "calm":
-        return D.calm(models.get("calm", engine), src, c.threshold, c.tau, c.measure, **kw)
+        return D.calm(models.get("calm", engine), src, c.threshold, c.tau, c.measure, max_new_tokens=n)
     if c.model == "ee":  # early-exit BiLD: the ee model's first layers against all of them
         small, large = models.views(engine)
     else:
         small, large = models.get(c.model, engine), models.get("large", engine)
     if c.method == "assisted":
-        return D.hf_assisted(small, large, src, c.window, c.threshold, **kw)
+        return D.hf_assisted(small, large, src, c.window, c.threshold, max_new_tokens=n)
     if c.method == "oracle":
-        return D.oracle(small, large, src, c.threshold, **kw)
+        return D.oracle(small, large, src, c.threshold, max_new_tokens=n)
     if c.method == "speculative":
-        return D.speculative_sampling(small, large, src, window=c.window, sampling=c.sampling, **kw)
-    return D.bild(small, large, src, sampling=c.sampling, **_bild_settings(c), **kw)
+        return D.speculative_sampling(small, large, src, c.window, sampling=c.sampling, max_new_tokens=n)
+    return D.bild(small, large, src, sampling=c.sampling, **_bild_settings(c), max_new_tokens=n)
 
 
 def _bild_settings(c) -> dict:
@@ -61,13 +61,13 @@ def check_batchable(config) -> None:
 
 def decode_batch(config, models, srcs: list[list[int]], max_new_tokens: int):
     """Run config's batched decoder (decoding.batch) on sources: (outputs, BatchTrace)."""
-    c, kw = config, {"max_new_tokens": max_new_tokens}
+    c, n = config, max_new_tokens
     if c.method == "vanilla":
-        return D.vanilla_batch(models.get(c.model, c.runs_on), srcs, **kw)
+        return D.vanilla_batch(models.get(c.model, c.runs_on), srcs, max_new_tokens=n)
     small, large = models.get(c.model, c.runs_on), models.get("large", c.runs_on)
     if c.method == "speculative":
-        return D.speculative_batch(small, large, srcs, window=c.window, **kw)
-    return D.bild_batch(small, large, srcs, **_bild_settings(c), **kw)
+        return D.speculative_batch(small, large, srcs, window=c.window, max_new_tokens=n)
+    return D.bild_batch(small, large, srcs, **_bild_settings(c), max_new_tokens=n)
 
 
 def timed(config, models, src: list[int], max_new_tokens: int) -> tuple[list[int], Trace, float]:

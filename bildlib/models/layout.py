@@ -12,7 +12,7 @@ def column_major(model: torch.nn.Module) -> int:
     matrix viewed transposed; returns how many it moved. Values, shapes and the HF model's own
     forward are unchanged, but F.linear(x, w) then multiplies x @ (in, out) without a transposed
     operand, which on a CPU in float32 reads weights that sit in memory 25-45 % faster at one or
-    a few rows (docs/engines.md, *Anatomy of a step*). A weight already column-major is left (a
+    a few rows (docs/engines-cpu.md, *Anatomy of a step*). A weight already column-major is left (a
     second call moves nothing); tied weights move once, with their embedding. Only float32
     weights on a CPU move: elsewhere (bf16, CUDA) HF's layout stays."""
     moved = 0

@@ -1,7 +1,7 @@
 """Lean T5 / mT5: the loaded Hugging Face model's own weights driven by plain tensor ops, with a
 preallocated KV cache, a precomputed relative-position bias table, and cross-attention folded
 into two small matrices per source. The logits equal HF's in float32 and stay within bf16's
-rounding of them in bfloat16 (tests/test_engine.py); docs/engines.md, *Anatomy of a step*, has
+rounding of them in bfloat16 (tests/test_engine.py); docs/engines-cpu.md, *Anatomy of a step*, has
 what each choice below saves.
 
 - Products go through models.linear: oneDNN-prepacked weights on a CPU, residuals added
@@ -11,7 +11,7 @@ what each choice below saves.
   masked call where this machine's kernels keep each row's bits, else (half precision) the prefix
   path (float32 sums in key order, invariant by construction, at about one call's cost), else
   each row alone; so a token's logits have the same bits whatever the number of tokens its call
-  carries, and lossless BiLD equals vanilla greedy (docs/engines.md, *Row invariance*).
+  carries, and lossless BiLD equals vanilla greedy (docs/row-invariance.md).
 - Cross-attention over a fixed source is a fixed linear map of the normed input: scores are
   h (Wq_h K_h^T) and the output is sum_h p_h (V_h Wo_h^T). begin() computes A = (Wq_h K_h^T)_h
   (d, H P) and B = (V_h Wo_h^T)_h (H P, d) once, with the norm's weight folded into A, so a

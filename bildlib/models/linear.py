@@ -1,7 +1,7 @@
 """Products with a weight W (out, in), as the lean T5 engine runs them: y = x W^T, relu of it,
 and res + x W^T rounded once (torch.addmm's bits; HF's x + linear(a) rounds twice).
 
-`linear(w)` picks how, by what a call costs on this project's CPUs (docs/engines.md, *Anatomy
+`linear(w)` picks how, by what a call costs on this project's CPUs (docs/engines-cpu.md, *Anatomy
 of a step*), fastest first, keeping only a product that is row-invariant on the machine that runs
 (models.rowinv: probed once per process and shape; Float32 is the fallback of every CPU weight):
 - `Packed`: W prepacked once into oneDNN's blocked layout (PyTorch's own
@@ -56,7 +56,7 @@ def candidates(w: torch.Tensor) -> list[type]:
     product alone, probed and recorded. On an H200 in float32 it gave one row other bits alone
     than among several at all 12 weight shapes of the shipped pair, and Float32's batched one-row
     products did at 5 of them too, at a far higher cost; so lossless BiLD on a GPU says it is not
-    exact until the engine has row-invariant products there (docs/engines.md, *On a GPU*)."""
+    exact until the engine has row-invariant products there (docs/engines-gpu.md, *On a GPU*)."""
     if w.device.type != "cpu":
         return [MM]
     cands: list[type] = [Int8] if int8_ok(w) else []

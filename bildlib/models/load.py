@@ -81,7 +81,7 @@ def small_policy(dtype: str | torch.dtype, small: bool) -> str | torch.dtype:
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device, stored: torch.dtype) -> torch.dtype:
     """The dtype a model runs in. "auto": the stored dtype, except half precision on a CPU without
     hardware bf16 (fp16 always; bf16 unless `native_bf16()`), which runs in fp32. "default" is
-    "auto", chosen by measurement (README, *Which dtype*): on this project's CPU the
+    "auto", chosen by measurement (docs/results.md, *Which dtype*): on this project's CPU the
     shipped bf16 pair keeps vanilla large's BLEU on all of val within 0.1 of fp32 and decodes
     faster, and its large model's multi-token call is relatively cheaper, which BiLD needs.
     "float32" and "bfloat16" force one (tests that compare with HF to 1e-4 use float32). "mixed"

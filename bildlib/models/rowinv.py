@@ -1,4 +1,4 @@
-"""Row invariance, measured on the machine that runs (docs/engines.md, *Row invariance*).
+"""Row invariance, measured on the machine that runs (docs/row-invariance.md).
 
 Lossless BiLD equals vanilla greedy decoding only if the large model gives a token the same logits
 whether its call carries that token alone (vanilla) or ten tokens (BiLD's check): every product of

@@ -1,7 +1,7 @@
 """Static T5 / mT5: the decoder step at fixed shapes, for a GPU at batch 1 (engine="static").
 
 At batch 1 on a GPU a decoder step is bound by kernel launches, not by reading the weights
-(docs/engines.md, *On a GPU*). This engine removes them as gpt-fast does (`generate.py`): every
+(docs/engines-gpu.md, *On a GPU*). This engine removes them as gpt-fast does (`generate.py`): every
 tensor a call touches has a fixed shape and address, so one call length is one CUDA graph,
 captured once and replayed at any position.
 

@@ -1,5 +1,5 @@
 """The whole-call check: a lean engine's decoder call over k tokens gives each token the bits of
-one-token calls, measured on the model itself where it runs (docs/engines.md, *Row invariance*).
+one-token calls, measured on the model itself where it runs (docs/row-invariance.md).
 
 models.rowinv probes each product and attention path alone. That is not the property lossless
 BiLD rests on: on an AMD EPYC with AVX2 only, every product of the shipped large was probed

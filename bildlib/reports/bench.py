@@ -166,7 +166,7 @@ def ct2_fp32(root: Path) -> str:
     return ct2(root, "figures/peers/val-float32")
 
 
-# docs/engines.md: the engines' calls against their weights' read time (bildlib.bench.callbench)
+# docs/engines-cpu.md: the engines' calls against their weights' read time (bildlib.bench.callbench)
 CALLS = "figures/engines/calls-native-bfloat16.csv"
 
 

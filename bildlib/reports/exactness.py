@@ -1,5 +1,5 @@
-"""docs/engines.md's `exactness` block: whether lossless BiLD equals vanilla greedy decoding on the machines
-`make exactness` ran on, under each ISA cap, with the product paths the engine chose there
+"""docs/row-invariance.md's `exactness` block: whether lossless BiLD equals vanilla greedy decoding on
+the machines `make exactness` ran on, under each ISA cap, with the product paths the engine chose there
 (models.rowinv), and what the row-invariant paths cost against the engine before the probe
 (bildlib.bench.exactness writes both CSVs)."""
 

@@ -15,6 +15,7 @@ measured by hand elsewhere and says where.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import tempfile
@@ -27,14 +28,14 @@ from bildlib import REPO_ROOT, data
 from bildlib.analysis.tables import read_csv, valid
 
 FILE = "figures/firstrun/fig4.csv"
-COLUMNS = ["cpu", "isa", "cores", "setup_min", "notebook_min", "total_min", "code", "measured_by"]
+COLUMNS = ["cpu", "isa", "cores", "setup_min", "notebook_min", "total_min", "dtype", "engine", "code",
+           "measured_by"]
 SELF = "firstrun record"
 
 
 def record(root: Path = REPO_ROOT, out: Path | None = None) -> dict:
     """Clone root into a temporary folder, run `make setup` then `make fig4` there, and add the row
     (replacing an earlier one for the same CPU and instruction set) to out."""
-    from bildlib import notebook
     from bildlib.models.cpuinfo import cpu_name, isa
 
     env = {k: v for k, v in os.environ.items() if k not in ("BILD_DATA_DIR", "VIRTUAL_ENV", "BILD_HOME")}
@@ -46,9 +47,13 @@ def record(root: Path = REPO_ROOT, out: Path | None = None) -> dict:
             t0 = time.perf_counter()
             subprocess.run(["make", "--no-print-directory", target], cwd=clone, env=env, check=True)
             minutes[part] = round((time.perf_counter() - t0) / 60, 1)
+        ran = json.loads((clone / "build/figures/fig4/fig4_checks.json").read_text())  # the run's record
+        if ran["code"].endswith("+changes"):  # say what differed from the clone's commit
+            status = subprocess.run(["git", "status", "--short"], cwd=clone, capture_output=True, text=True)
+            print(f"the run's code state differs from its commit:\n{status.stdout}")
     row = {"cpu": cpu_name(), "isa": isa(), "cores": os.cpu_count(), **minutes,
-           "total_min": round(sum(minutes.values()), 1), "code": notebook.code_state(root),
-           "measured_by": SELF}  # fmt: skip
+           "total_min": round(sum(minutes.values()), 1), "dtype": ran["dtype"], "engine": ran["engine"],
+           "code": ran["code"], "measured_by": SELF}  # fmt: skip
     path = out or root / FILE
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=COLUMNS)
     same = (old["cpu"] == row["cpu"]) & (old["isa"] == row["isa"])
@@ -61,13 +66,18 @@ def record(root: Path = REPO_ROOT, out: Path | None = None) -> dict:
 
 def block(root: Path = REPO_ROOT) -> str:
     """README's `firstrun` block: one line per recorded kind of CPU."""
-    t = valid(read_csv(root, FILE), COLUMNS)
+    t = valid(read_csv(root, FILE), ["cpu", "isa", "setup_min", "notebook_min", "total_min", "measured_by"])
+    own = t["measured_by"] == SELF
+    valid(t, COLUMNS, rows=own)  # a run this command recorded names everything; one timed by hand may not
     lines = []
-    for r in t.itertuples():
+    for r in t.astype(object).where(t.notna(), "").itertuples():
+        cores = f", {r.cores:.0f} cores" if r.cores != "" else ""
+        ran = f", in {r.dtype}" if r.dtype else ""
+        ran += f" on the {r.engine} engine" if r.engine else ""
+        code = f"; code state `{r.code}`" if r.code else ""
         by = "" if r.measured_by == SELF else f"; {r.measured_by}"
-        lines.append(f"- **{r.cpu}, {r.isa}, {r.cores} cores:** {r.total_min:.0f} min "
-                     f"({r.setup_min:.0f} to set up, "
-                     f"{r.notebook_min:.0f} for the notebook; code state `{r.code}`{by})")  # fmt: skip
+        lines.append(f"- **{r.cpu}, {r.isa}{cores}:** {r.total_min:.0f} min ({r.setup_min:.0f} to set up, "
+                     f"{r.notebook_min:.0f} for the notebook{ran}{code}{by})")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bildlib import REPO_ROOT, data
 from bildlib.analysis.tables import NOT_A_NUMBER, ReportError
-from bildlib.reports import release
+from bildlib.reports import firstrun, release
 from bildlib.reports.bench import ct2, ct2_fp32, peers, peers_val, peers_val_fp32
 from bildlib.reports.paper import (
     early_exit,
@@ -91,7 +91,8 @@ def _batchbench():
 
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
-    "headline": headline, "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
+    "headline": headline, "firstrun": lambda r: firstrun.block(r),  # README
+    "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
     "early-exit": early_exit, "peers": peers, "ct2": ct2,
     # docs/results.md
     "headline-point": lambda r: table1(r, "figures/full", "point", min_n=1014),
@@ -100,13 +101,13 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "authors-point": lambda r: table1(r, "figures/authors", "point"),
     "latency": latency, "fig8": fig8, "peers-val": peers_val, "pair": pair,
     "peers-val-float32": peers_val_fp32, "ct2-float32": ct2_fp32,
-    "dtype": lambda r: _bench().dtype_block(r), "targets": lambda r: _bench().summary_block(r),  # README
+    "dtype": lambda r: _bench().dtype_block(r), "targets": lambda r: _bench().summary_block(r),
     "targets-detail": lambda r: _bench().targets_block(r),  # docs/results.md
     "tutorial": tutorial,  # docs/teaching.md
     "table2-lm": lambda r: _table2().block(r), "lm-pair": lambda r: _table2().pair_block(r),
     "table2-lm-student": lambda r: _table2().block(r, "figures/lm-student"),  # docs/language-modelling.md
     "lm-targets": lambda r: _table2().targets_block(r),
-    "batch": lambda r: _batchbench().block(r),  # README; docs/batching.md:
+    "batch": lambda r: _batchbench().block(r),  # docs/batching.md
     "batch-detail": lambda r: _batchbench().detail_block(r),
     "batch-exact": lambda r: _batchbench().exact_block(r),
     "students": lambda r: _smallmodels().block(r),  # docs/results.md
@@ -114,9 +115,9 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "pet": lambda r: _petstudy().block(r),
     "quantized-all": lambda r: _quantbench().block(r),  # docs/quantization.md
     "int8-products": lambda r: _quantbench().products_block(r),
-    "gpu-check": lambda r: _gpu().block(r),  # docs/engines.md
+    "gpu-check": lambda r: _gpu().block(r),  # docs/engines-gpu.md
     "gpu-static": lambda r: _gpu().static_block(r),
-    "exactness": lambda r: _exactness().block(r),  # docs/engines.md
+    "exactness": lambda r: _exactness().block(r),  # docs/row-invariance.md
     "native-calls": lambda r: _bench().calls_block(r),
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
     "claims": lambda r: _claims().block(r),  # README
@@ -169,7 +170,7 @@ def unnamed_runs(root: Path = REPO_ROOT) -> list[str]:
 
 # the files whose blocks make report writes
 FILES = ("README.md", "docs/results.md", "docs/teaching.md", "docs/language-modelling.md", "docs/batching.md",
-         "docs/engines.md", "docs/quantization.md")
+         "docs/engines-cpu.md", "docs/row-invariance.md", "docs/engines-gpu.md", "docs/quantization.md")
 
 
 def render(text: str, root: Path = REPO_ROOT) -> str:

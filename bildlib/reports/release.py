@@ -60,18 +60,23 @@ def codes_read(root: Path, paths: list[str]) -> dict[str, str]:
     """{checks file: the code state it names} for the runs behind the paths a block read: each JSON
     read, and for a CSV whose folder gave no JSON, the `<prefix>_checks.json` beside it whose prefix
     starts the CSV's name (table5.csv: table5_checks.json; peers_all.csv: peers_checks.json), or the
-    JSON of the same name (throughput.csv: throughput.json)."""
+    JSON of the same name (throughput.csv: throughput.json); a CSV with none whose rows each name
+    their run's code state (a `code` column: figures/firstrun/fig4.csv) gives {"<csv> row i": code}."""
     paths = list(dict.fromkeys(paths))
     runs = [p for p in paths if p.endswith(".json")]
     folders = {str(Path(p).parent) for p in runs}
+    rows = {}
     for p in paths:
         f = root / p
         if p.endswith(".csv") and str(Path(p).parent) not in folders:
-            runs += [str(c.relative_to(root)) for c in sorted(f.parent.glob("*_checks.json"))
+            found = [str(c.relative_to(root)) for c in sorted(f.parent.glob("*_checks.json"))
                      if f.stem.startswith(c.name.removesuffix("_checks.json"))]  # fmt: skip
             if f.with_suffix(".json").is_file():  # throughput.csv: throughput.json
-                runs.append(str(f.with_suffix(".json").relative_to(root)))
-    return {p: json.loads((root / p).read_text()).get("code", "none") for p in dict.fromkeys(runs)}
+                found.append(str(f.with_suffix(".json").relative_to(root)))
+            if not found and "code" in (t := pd.read_csv(f)):
+                rows |= {f"{p} row {i}": str(c) for i, c in enumerate(t["code"])}
+            runs += found
+    return {p: json.loads((root / p).read_text()).get("code", "none") for p in dict.fromkeys(runs)} | rows
 
 
 def block(root: Path = REPO_ROOT, stale: list[str] | None = None, docs: dict | None = None) -> str:

@@ -1,5 +1,5 @@
 """The paper's regime on a device: one decoder step of each engine against the time it takes to read
-the step's weights (regime.csv; docs/engines.md, *On a GPU*).
+the step's weights (regime.csv; docs/engines-gpu.md, *On a GPU*).
 
 At batch 1 a decoder step reads every decoder weight and the head once; at the device's memory
 bandwidth that read is the step's floor ("limit"). BiLD pays when a small model's step costs a

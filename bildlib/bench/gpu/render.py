@@ -1,4 +1,4 @@
-"""The GPU check's files as Markdown: summary.md beside them, and docs/engines.md's block."""
+"""The GPU check's files as Markdown: summary.md beside them, and docs/engines-gpu.md's block."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def tests_line(out: Path) -> str:
 
 
 def block(root: Path, folder: str = FOLDER) -> str:
-    """docs/engines.md's block: the committed GPU check, from its files only."""
+    """docs/engines-gpu.md's block: the committed GPU check, from its files only."""
     from bildlib.analysis.tables import md_table, read_json
 
     out = root / folder
@@ -179,7 +179,7 @@ PAIRS = [*projection.PAIRS.values(), ("multi30k-small-aligned", "multi30k-large"
 
 
 def static_block(root: Path, folder: str = STATIC) -> str:
-    """docs/engines.md's block on the static engine: regime.csv and bild.csv of one run."""
+    """docs/engines-gpu.md's block on the static engine: regime.csv and bild.csv of one run."""
     from bildlib.analysis.tables import md_table, read_json
 
     out = root / folder
