@@ -80,16 +80,10 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
         return decode(config, *a, **k)
 
     monkeypatch.setattr(measure, "decode", dies)
+    kw = dict(n_examples=10, baseline_repeats=1, flush_every=3, progress=False)
+    kw["settings"] = X.RunSettings(results=env)
     with pytest.raises(KeyboardInterrupt):
-        X.sweep(
-            PRESET,
-            GRID,
-            n_examples=10,
-            baseline_repeats=1,
-            flush_every=3,
-            progress=False,
-            settings=X.RunSettings(results=env),
-        )
+        X.sweep(PRESET, GRID, **kw)
     partial = list((env / PRESET).glob("*.partial.parquet"))
     n_configs = running = 6  # vanilla large, small, aligned + 3 BiLD, all timed in the sweep
     assert len(partial) == running
@@ -100,15 +94,7 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(env, monkeypatch):
     assert len(set(timed[:running])) == running
 
     calls["n"] = -(10**9)  # no more interruptions; count what the resumed sweep decodes
-    df = X.sweep(
-        PRESET,
-        GRID,
-        n_examples=10,
-        baseline_repeats=1,
-        flush_every=3,
-        progress=False,
-        settings=X.RunSettings(results=env),
-    )
+    df = X.sweep(PRESET, GRID, **kw)
     assert len(df) == 10 * n_configs and not df.duplicated(["label", "id"]).any()
     assert calls["n"] + 10**9 == sum(10 - k for k in kept) + 2 * running  # the missing rows + warm-ups
     assert not list((env / PRESET).glob("*.partial.parquet"))
@@ -378,21 +364,10 @@ def test_the_engine_is_in_the_key_and_changes_no_output(env):
     part of the cache key, and every engine writes the same tokens. transformers' generate and
     assisted generation run as configurations too, on HF's engine."""
     c = X.bild("aligned", 0.5, 1.0)
-    auto = X.run(PRESET, c, n_examples=6, progress=False, settings=X.RunSettings(results=env))
-    lean = X.run(
-        PRESET,
-        dataclasses.replace(c, engine="lean"),
-        n_examples=6,
-        progress=False,
-        settings=X.RunSettings(results=env),
-    )
-    hf = X.run(
-        PRESET,
-        dataclasses.replace(c, engine="hf"),
-        n_examples=6,
-        progress=False,
-        settings=X.RunSettings(results=env),
-    )
+    kw = dict(n_examples=6, progress=False, settings=X.RunSettings(results=env))
+    auto = X.run(PRESET, c, **kw)
+    lean = X.run(PRESET, dataclasses.replace(c, engine="lean"), **kw)
+    hf = X.run(PRESET, dataclasses.replace(c, engine="hf"), **kw)
     run_hf = X.run(PRESET, c, n_examples=6, progress=False, settings=X.RunSettings(engine="hf", results=env))
     assert auto.attrs["spec"]["engines"] == {"aligned": "native", "large": "native"}
     assert lean.attrs["spec"]["engines"] == {"aligned": "lean", "large": "lean"}
@@ -444,30 +419,10 @@ def test_every_row_is_keyed_by_its_sweep(env, mirror):
     """Like for like: a configuration timed in one sweep is not reused by a sweep with other
     members (it times its own baseline); the same sweep again is all cached. A member is its
     models too: the same labels on other weights (or in another dtype) time their baseline again."""
-    a = X.sweep(
-        PRESET,
-        GRID[:1],
-        n_examples=2,
-        baseline_repeats=1,
-        progress=False,
-        settings=X.RunSettings(results=env),
-    )
-    again = X.sweep(
-        PRESET,
-        GRID[:1],
-        n_examples=2,
-        baseline_repeats=1,
-        progress=False,
-        settings=X.RunSettings(results=env),
-    )
-    b = X.sweep(
-        PRESET,
-        GRID[:2],
-        n_examples=2,
-        baseline_repeats=1,
-        progress=False,
-        settings=X.RunSettings(results=env),
-    )
+    kw = dict(n_examples=2, baseline_repeats=1, progress=False, settings=X.RunSettings(results=env))
+    a = X.sweep(PRESET, GRID[:1], **kw)
+    again = X.sweep(PRESET, GRID[:1], **kw)
+    b = X.sweep(PRESET, GRID[:2], **kw)
     assert again.attrs["decoded"] == {0: 0}
     assert b.attrs["decoded"] == {0: 2 * b["label"].nunique()}  # every row of b timed in b
     assert set(a["label"]) < set(b["label"])

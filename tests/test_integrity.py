@@ -98,44 +98,23 @@ def test_each_result_records_the_load_it_ran_under(env):
 
 
 def test_a_configuration_timed_on_a_busy_machine_is_named(env, monkeypatch):
-    grid = [X.bild("small", 0.5, 1.0)]
+    grid, kw = [X.bild("small", 0.5, 1.0)], dict(n_examples=3, baseline_repeats=1, progress=False)
     monkeypatch.setattr(busy, "run_queue_wait", lambda: None)  # as where the kernel does not say
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("error", busy.BusyMachineWarning)
-        quiet = X.sweep(
-            PRESET,
-            grid,
-            n_examples=3,
-            baseline_repeats=1,
-            progress=False,
-            settings=X.RunSettings(results=env / "idle"),
-        )
+        quiet = X.sweep(PRESET, grid, settings=X.RunSettings(results=env / "idle"), **kw)
     assert not quiet["busy"].any()
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
     with pytest.warns(
         busy.BusyMachineWarning, match="3 configuration.*bild-small-fb0.5-rb1.0 .load average 9.0"
     ):
-        df = X.sweep(
-            PRESET,
-            grid,
-            n_examples=3,
-            baseline_repeats=1,
-            progress=False,
-            settings=X.RunSettings(results=env / "busy"),
-        )
+        df = X.sweep(PRESET, grid, settings=X.RunSettings(results=env / "busy"), **kw)
     assert df["busy"].all() and A.summarize(df)["busy"].all()  # the figures' CSVs carry it
     assert not A.summarize(quiet.drop(columns="busy"))["busy"].any()  # results without the column
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # a cache hit keeps its record
     with pytest.warns(busy.BusyMachineWarning):
-        X.sweep(
-            PRESET,
-            grid,
-            n_examples=3,
-            baseline_repeats=1,
-            progress=False,
-            settings=X.RunSettings(results=env / "busy"),
-        )
+        X.sweep(PRESET, grid, settings=X.RunSettings(results=env / "busy"), **kw)
 
 
 def test_busy_means_waiting_for_a_cpu():
