@@ -420,12 +420,12 @@ def test_make_targets_publish_only_the_default_runs():
 
 
 def test_a_make_targets_terminal_shows_the_sweeps_progress(shipped, tmp_path):
-    """make fig4, as a newcomer runs it (here on 2 examples, one configuration, a results folder
-    of its own): what reaches make's output is the sweep's own progress, configurations x
-    examples with its rate and ETA, line by line, not only papermill's cell counter."""
+    """make fig4, as a newcomer runs it (here on 2 examples, one configuration, the lean engine, a
+    results folder of its own): what reaches make's output is the sweep's own progress,
+    configurations x examples with its rate and ETA, line by line, not only papermill's cell counter."""
     import subprocess
 
-    args = "-p n_examples 2 -p threads 1 -p results_dir " + str(tmp_path / "results")
+    args = "-p n_examples 2 -p threads 1 -p engine lean -p results_dir " + str(tmp_path / "results")
     args += " -y '{fallbacks: [0.5], rollbacks: [1.0]}'"
     env = {**os.environ, "BILD_PROGRESS_EVERY": "0.01"}
     p = subprocess.run(["make", "--no-print-directory", "fig4", f"PM_ARGS={args}"], cwd=REPO, env=env,
