@@ -485,7 +485,7 @@ def test_run_settings_are_checked_once_frozen_and_travel_whole(env, monkeypatch)
             X.RunSettings(**{name: value})
     s = X.RunSettings(results=str(env), checkpoints={"small": "a", "aligned": "b"}, threads=1)
     assert s.results == env and s.checkpoints == (("aligned", "b"), ("small", "a"))
-    assert s.checkpoint_map == {"aligned": "b", "small": "a"} and pickle.loads(pickle.dumps(s)) == s
+    assert dict(s.checkpoints) == {"aligned": "b", "small": "a"} and pickle.loads(pickle.dumps(s)) == s
     with pytest.raises(FrozenInstanceError):
         s.threads = 2
     with pytest.raises(ValueError, match="threads"):
@@ -517,7 +517,7 @@ def test_a_notebooks_parameters_map_onto_run_settings_in_one_place():
     assert args["address"] is None and args["shards"] is None
     s = args["settings"]
     assert (s.dtype, s.threads, s.engine, s.device) == ("bfloat16", 1, "auto", "cpu")
-    assert s.results == REPO_ROOT / "data" / "results" and s.checkpoint_map == {"aligned": "x"}
+    assert s.results == REPO_ROOT / "data" / "results" and dict(s.checkpoints) == {"aligned": "x"}
     elsewhere = REPO_ROOT / "elsewhere"
     assert notebook.sweep_args(params, results=elsewhere)["settings"].results == elsewhere
     with pytest.raises(ValueError, match="threads"):

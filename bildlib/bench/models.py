@@ -131,15 +131,20 @@ def _train(path: Path, keys: tuple[str, ...]) -> dict:
     return {k: log.get(k) for k in keys} | {"epochs": len(log["epochs"]), "per_epoch": log["epochs"]}
 
 
-def measure_ee(name: str, n: int | None = None, threads: int = 2, folder=CHECKPOINTS) -> dict:
-    """Every exit of <folder>/<name>, greedy on val (n: the first n sentences only), in float32
-    (as the older cards)."""
-    from bildlib.models.early_exit import exit_views
-
+def _float32(folder: Path, name: str, threads: int, make: str):
+    """(path, model, tokenizer) of <folder>/<name> in float32, on `threads` threads (as the older
+    cards); a folder without weights says which make target trains it."""
     torch.set_num_threads(threads)
     path = folder / name
-    _weights(path, "models-ee")
-    model, tok = load_model(path, dtype="float32")
+    _weights(path, make)
+    return (path, *load_model(path, dtype="float32"))
+
+
+def measure_ee(name: str, n: int | None = None, threads: int = 2, folder=CHECKPOINTS) -> dict:
+    """Every exit of <folder>/<name>, greedy on val (n: the first n sentences only), in float32."""
+    from bildlib.models.early_exit import exit_views
+
+    path, model, tok = _float32(folder, name, threads, "models-ee")
     val = data.load("multi30k", "val", n)
     layers = model.config.num_decoder_layers
     exits = {i: greedy(exit_views(model, tok, name, i)[0], val) for i in range(1, layers)}
@@ -155,10 +160,7 @@ def measure_lm(name: str, n: int | None = None, threads: int = 2, folder=CHECKPO
     from bildlib.experiments import presets
     from bildlib.train.causal import STRIDE, WINDOW
 
-    torch.set_num_threads(threads)
-    path = folder / name
-    _weights(path, "models-lm")
-    model, tok = load_model(path, dtype="float32")
+    path, model, tok = _float32(folder, name, threads, "models-lm")
     p = presets.get("multi30k-lm")
     val = data.load("multi30k", "val", n)
     ppl = perplexity.score(model, perplexity.stream(tok, table2.texts(p.name, "val", n)), WINDOW, STRIDE)

@@ -22,6 +22,7 @@ import socket
 from bildlib.decoding.common import check_count
 from bildlib.experiments.config import Config
 from bildlib.experiments.progress import bar as progress_bar
+from bildlib.experiments.runner import check_settings
 from bildlib.experiments.settings import RunSettings
 from bildlib.experiments.shards import Result, compute, shard
 
@@ -132,8 +133,7 @@ def run(
     settings as they are, but for the device its task was given and the results folder made
     absolute (the workers' working directory may differ)."""
     check_count("retries", retries, minimum=0)
-    if not isinstance(settings, RunSettings):
-        raise TypeError(f"settings must be an experiments.RunSettings, got {type(settings).__name__}")
+    settings = check_settings(settings)
     ray = connect(address)
     ask, device = resources(ray, settings.device, settings.threads)
     results = None if settings.results is None else settings.results.resolve()

@@ -59,11 +59,6 @@ class RunSettings:
         for name, value in (("device", device), ("checkpoints", pairs), ("results", results)):
             object.__setattr__(self, name, value)  # normalised once, in the frozen object
 
-    @property
-    def checkpoint_map(self) -> dict[str, str]:
-        """checkpoints as a new dict (the settings' own pairs stay as they are)."""
-        return dict(self.checkpoints)
-
     def replace(self, **changes) -> RunSettings:
         """A copy with some fields changed, checked again."""
         return dataclasses.replace(self, **changes)

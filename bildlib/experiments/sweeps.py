@@ -29,9 +29,9 @@ from bildlib.decoding import Sampling
 from bildlib.decoding.common import check_count
 from bildlib.experiments import busy, presets
 from bildlib.experiments.config import FIELDS, Config, unique, vanilla
-from bildlib.experiments.runner import Models, check_settings, examples
+from bildlib.experiments.runner import Models, check_settings, examples, with_checkpoints
 from bildlib.experiments.settings import RunSettings
-from bildlib.experiments.shards import Loaded, Result, compute, models_for, shard
+from bildlib.experiments.shards import Loaded, Result, compute, shard
 
 EXECUTORS = ("local", "ray")
 
@@ -104,8 +104,9 @@ def sweep(
         results, decoded = cluster.run(preset, base, others, shards, split, n_examples, settings,
                                        flush_every, progress, address, retries)  # fmt: skip
     else:
-        p, new = models_for(preset, settings)  # loaded once, and the examples once, for every shard
-        loaded = Loaded(models or new, examples(p, split, n_examples))
+        p = with_checkpoints(presets.get(preset), settings.checkpoints)
+        models = models or Models.of(p, settings)  # loaded once, and the examples once, for every shard
+        loaded = Loaded(models, examples(p, split, n_examples))
         results, decoded = [], {}
         for s in shard(base, others, shards or 1):
             decoded[s.index] = 0

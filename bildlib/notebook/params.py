@@ -102,7 +102,6 @@ def check_out_dir(given: str, out: Path) -> None:
                          "Leave out_dir empty (build/figures/<notebook>/) or name another folder")
 
 
-
 SETTINGS = ("device", "dtype", "engine", "threads")  # parameters that go into RunSettings as they are
 
 

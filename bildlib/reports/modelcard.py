@@ -36,20 +36,18 @@ TEMPLATES = Path(__file__).parent / "cards"
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of card: its models, the make target that builds them ("" for the shipped pair),
-    the phrase its template fills in, and what a card's numbers are compared against."""
+    """One kind of card (its template: reports/cards/<kind>.md): its models, and which model's
+    numbers a card shows beside its own."""
 
-    name: str
     models: tuple[str, ...]
-    make: str
     partner: str  # "": a card alone; "first": beside the kind's first model; "pair": small <-> large
 
 
 KINDS = {
-    "pair": Kind("pair", M.PAIR, "", ""),
-    "ee": Kind("ee", M.EE, "models-ee", "first"),
-    "lm": Kind("lm", M.LM_NAMES, "models-lm", "pair"),
-    "student": Kind("student", (), "models-student", ""),
+    "pair": Kind(M.PAIR, ""),
+    "ee": Kind(M.EE, "first"),
+    "lm": Kind(M.LM_NAMES, "pair"),
+    "student": Kind((), ""),
 }
 
 

@@ -91,7 +91,7 @@ def _batchbench():
 
 
 BLOCKS: dict[str, Callable[[Path], str]] = {
-    "headline": headline, "firstrun": lambda r: firstrun.block(r),  # README
+    "headline": headline, "firstrun": firstrun.block,  # README
     "table1": table1, "fig5": fig5, "tables34": tables34, "table5": table5,
     "early-exit": early_exit, "peers": peers, "ct2": ct2,
     # docs/results.md

@@ -63,9 +63,9 @@ def render(text: str, name: str = "a page") -> str:
     paras = text.split("\n\n")
     if not paras[0].startswith("# ") or len(paras) < 3:
         raise ValueError(f"{name}: a page opens with a '# ' title and a paragraph before its contents")
-    toc = contents(text)
     if not sections(text):
         return text
+    toc = contents(text)
     at = next((i for i, p in enumerate(paras) if p.startswith(LEAD.rstrip())), None)
     if at is None:
         paras.insert(2, toc)
