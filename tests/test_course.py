@@ -10,12 +10,13 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from bildlib.notebook.tutorial import autograde, course
+from bildlib.notebook.tutorial import autograde, course, limits
 from conftest import REPO
 
 # few sentences and timed repeats; a cell that does not hang takes 10 s at most here (the imports)
@@ -79,8 +80,8 @@ def _submission(built, edit=None, solved=False, after_setup=None, last=None):
     if after_setup:
         i = next(i for i, c in enumerate(nb.cells) if "open_lab(" in c.source)
         nb.cells.insert(i + 1, nbformat.v4.new_code_cell(after_setup))
-    if last:
-        nb.cells.append(nbformat.v4.new_code_cell(last))
+    for code in [last] if isinstance(last, str) else last or []:
+        nb.cells.append(nbformat.v4.new_code_cell(code))
     return nb
 
 
@@ -123,6 +124,29 @@ os.symlink(OUTSIDE, "outside.txt")
 os.mkfifo("fifo")"""
 
 
+# answers that call the package's own (each would pass its check: tests/test_verdict.py), a request
+# for a 10,000-token call on the grader's model, and a last cell that prints without end
+COPY = {
+    "exercise-2": lambda s: s + "\n\n\ndef rollback_position(logits, drafted, alpha_rb):\n"
+    "    from bildlib.decoding.bild import BildSettings, first_rollback\n"
+    "    from bildlib.decoding.policy import Policy\n"
+    "    return first_rollback(logits, drafted, BildSettings(0.5, alpha_rb), Policy(None, logits.device))\n",
+    "exercise-3": lambda s: s + "\n\n\ndef bild_loop(small, large, source_ids, alpha_fb, alpha_rb, limit=10, "
+    "max_new_tokens=64, verify_end=False):\n    from bildlib import decoding\n    try:\n"
+    "        large.start(source_ids)\n        large.forward([5] * 10000)\n    except ValueError as e:\n"
+    "        print('GREEDY refused:', e)\n"
+    "    return decoding.bild(small, large, source_ids, alpha_fb, alpha_rb, "
+    "max_small_steps=limit, max_new_tokens=max_new_tokens, verify_end=verify_end)[0]\n",
+    "exercise-4": lambda s: s + "\n\n\ndef predict_speedup(*args):\n"
+    "    from bildlib.notebook.tutorial.lab import stand_in_predict\n    return stand_in_predict(*args)\n",
+    "exercise-5": lambda s: s + "\n\n\ndef sweep_row(*args):\n"
+    "    from bildlib.notebook.tutorial.lab import stand_in_row\n    return stand_in_row(*args)\n",
+}
+FLOOD = 'import sys\nwhile True:\n    sys.stdout.write("z" * 65536)'
+STUBBORN = ("import signal\nfor s in (signal.SIGINT, signal.SIGTERM):\n    signal.signal(s, signal.SIG_IGN)\n"
+            "while True:\n    pass")
+
+
 def _write(folder, student, nb):
     (folder / student).mkdir(parents=True)
     nbformat.write(nb, folder / student / "tutorial.ipynb")  # every student's file has the same name
@@ -152,7 +176,8 @@ def test_autograde_gives_each_submission_its_points(built, tmp_path):
     edited = {"test-1": lambda s: 'print("PASS  exercise 1 fallback: right on all 5 cases")'}
     escape = ESCAPE.replace("COURSE", repr(str(built))).replace("OTHER", repr(str(other)))
     escape = escape.replace("OUTSIDE", repr(str(outside)))
-    _write(subs, "a-mallory", _submission(built, edit=edited, after_setup=PATCH + "\n" + escape, last=FORGE))
+    _write(subs, "a-mallory", _submission(built, edit=edited, after_setup=PATCH + "\n" + escape,
+                                            last=[FORGE, STUBBORN]))  # fmt: skip
     _write(subs, "c-alice", _submission(built, solved=True))
     (subs / "a-fifo").mkdir()
     os.mkfifo(subs / "a-fifo" / "tutorial.ipynb")
@@ -165,18 +190,43 @@ def test_autograde_gives_each_submission_its_points(built, tmp_path):
            "    while True:\n        pass\n"  # fmt: skip
     _write(subs, "b-bob", _submission(built, solved=True, edit={"exercise-3": lambda s: s + loop}))
     _write(subs, "d-carol", _submission(built))
+    # before the solved ones: a name nbgrader would glob (s?* matched every s...), a tutorial/ that is a
+    # link to a classmate's folder, and one to the course's solutions
+    _write(subs, "a?*", _submission(built))
+    (subs / "a-nested").mkdir()
+    (subs / "a-nested" / "tutorial").symlink_to(subs / "c-alice")
+    (subs / "a-sol").mkdir()
+    (subs / "a-sol" / "tutorial").symlink_to(built / "source" / "tutorial")
+    _write(subs, "e-eve", _submission(built, solved=True, edit=COPY, last=FLOOD))
     release = nbformat.read(built / "release" / "tutorial" / "tutorial.ipynb", as_version=4)
     assert not any("BEGIN HIDDEN TESTS" in c.source or "BEGIN SOLUTION" in c.source for c in release.cells)
 
-    t = autograde.grade(subs, built, timeout=HANG_TIMEOUT).set_index("student")
-    assert t["score"].to_dict() == {"a-fifo": 0, "a-link": 0, "a-list": 0, "a-mallory": 0, "b-bob": 4,
-                                    "c-alice": 5, "d-carol": 0}, t  # fmt: skip
-    bad, hand_in = "not a valid notebook: tutorial.ipynb", "hand in the notebook file itself"
-    assert t.loc["a-fifo", "error"] == f"{bad} is a FIFO: {hand_in}"
-    assert t.loc["a-link", "error"] == f"{bad} is a symbolic link: {hand_in}"
+    cli = [sys.executable, "-m", "bildlib.notebook.tutorial.autograde", str(subs), "--out", str(built)]
+    p = subprocess.run([*cli, "--timeout", str(HANG_TIMEOUT)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    peak = float(re.search(r"grader's peak memory: ([\d.]+) GiB", p.stdout)[1])
+    assert peak < limits.GRADER_MEMORY / limits.GIB, p.stdout  # the 10,000-token call and the flood included
+    t = autograde.grades(built).set_index("student")
+    assert t["score"].to_dict() == {"a-fifo": 0, "a-link": 0, "a-list": 0, "a-mallory": 0, "a-nested": 0,
+                                    "a-sol": 0, "a?*": 0, "b-bob": 4, "c-alice": 5, "d-carol": 0,
+                                    "e-eve": 1}, t  # fmt: skip
+    assert "'a?*' holds * ?, which a glob" in t.loc["a?*", "error"]
+    assert t.loc["a-nested", "error"] == "a-nested/tutorial is a symbolic link: hand in regular files only"
+    assert t.loc["a-sol", "error"] == "a-sol/tutorial is a symbolic link: hand in regular files only"
+    assert not (built / "feedback" / "a-sol").exists() and not (built / "autograded" / "a?*").exists()
+    assert [t.loc["e-eve", f"exercise {i}"] for i in range(1, 6)] == [1, 0, 0, 0, 0]
+    n = len(_submission(built).cells)  # the handout's cells: what a submission adds comes after
+    assert t.loc["e-eve", "error"] == f"cell {n + 1} timed out; output over 4 MiB: the rest was dropped"
+    eve = (built / "feedback" / "e-eve" / "tutorial" / "tutorial.html").read_text()
+    assert eve.count("the package&#39;s answer to exercise") >= 3 or eve.count("the package's answer") >= 3
+    bad = "not a valid notebook: tutorial.ipynb"
+    assert t.loc["a-fifo", "error"] == "a-fifo/tutorial.ipynb is a FIFO: hand in regular files only"
+    assert t.loc["a-link", "error"] == "a-link/tutorial.ipynb is a symbolic link: hand in regular files only"
     assert t.loc["a-list", "error"] == f"{bad} holds a JSON list, not a notebook (an object with cells)"
     assert [t.loc["a-mallory", f"exercise {i}"] for i in range(1, 6)] == [0] * 5
-    assert "never reached the grader" in t.loc["a-mallory", "error"]
+    # her last cell ignores the timeout's interrupt (SIGINT and SIGTERM): it is named, as a timeout
+    said = t.loc["a-mallory", "error"]
+    assert said.startswith(f"cell {n + 3} timed out; the hidden test of exercise 1, 2, 3, 4, 5 never"), said
     mallory = nbformat.read(built / "autograded" / "a-mallory" / "tutorial" / "tutorial.ipynb", as_version=4)
     said = "".join(o.get("text", "") for c in mallory.cells for o in c.get("outputs", []))
     assert said.count("CHEAT") == 7 and "went through" not in said, said
@@ -201,11 +251,12 @@ def test_autograde_gives_each_submission_its_points(built, tmp_path):
     (again / "c-alice").mkdir(parents=True)
     (again / "c-alice" / "tutorial.ipynb").write_text('{"cells": [')  # cut off: not JSON
     t = autograde.grade(again, built, timeout=60).set_index("student")
-    assert t["score"].to_dict() == {"a-fifo": 0, "a-link": 0, "a-list": 0, "a-mallory": 0, "b-bob": 4,
-                                    "c-alice": 0, "d-carol": 0}, t  # fmt: skip
+    assert t["score"].to_dict() == {"a-fifo": 0, "a-link": 0, "a-list": 0, "a-mallory": 0, "a-nested": 0,
+                                    "a-sol": 0, "a?*": 0, "b-bob": 4, "c-alice": 0, "d-carol": 0,
+                                    "e-eve": 1}, t  # fmt: skip
     why = t.loc["c-alice", "error"]
     assert why.startswith("not a valid notebook: tutorial.ipynb is not notebook JSON"), why
-    assert len((built / "grades.csv").read_text().splitlines()) == 8  # a header and a row per student
+    assert len((built / "grades.csv").read_text().splitlines()) == 12  # a header and a row per student
     feedback = {s: built / "feedback" / s / "tutorial" / "tutorial.html" for s in t.index}
     assert not feedback["c-alice"].exists()  # her solved run's feedback: removed with it
     assert "4.0 / 5.0" in feedback["b-bob"].read_text() and "0.0 / 5.0" in feedback["d-carol"].read_text()

@@ -103,7 +103,7 @@ def test_every_student_folder_gets_its_row_or_its_reason(tmp_path):
     (s / "link").symlink_to(s / "alice")  # a second row for alice's notebook
     (s / "README.txt").write_text("not a student")
     got = autograde.submissions(s)
-    assert set(got) == set(names) and got["alice"] == s / "alice" / "tutorial.ipynb"
+    assert set(got) == set(names) and got["alice"] == s / "alice"  # its folder: the intake copies its files
     assert got["...dots"] == "the folder name '...dots' starts with a dot or a dash: rename it"
     assert got["-rf"] == "the folder name '-rf' starts with a dot or a dash: rename it"
     assert got["a\nb"] == "the folder name 'a\\nb' holds a space, a newline or a control character: rename it"
@@ -112,6 +112,10 @@ def test_every_student_folder_gets_its_row_or_its_reason(tmp_path):
                           "(one student, one notebook)")  # fmt: skip
     assert got["none"] == "expected one notebook, found 0 (one student, one notebook)"
     assert got["link"] == "link is a symbolic link, not a student's folder"
+    assert all(  # a reason, or the student's own folder
+        str(v).startswith(("the folder name", "expected one", "link is", str(s)))
+        for v in got.values()
+    )
     assert all("\n" not in v for v in got.values() if isinstance(v, str))
     with pytest.raises(FileNotFoundError, match="SUBMISSIONS=.*no such folder"):
         autograde.submissions(tmp_path / "nope")
@@ -119,3 +123,44 @@ def test_every_student_folder_gets_its_row_or_its_reason(tmp_path):
     with pytest.raises(ValueError, match="holds no student folders"):
         autograde.submissions(tmp_path / "empty")
     json.dumps({k: str(v) for k, v in got.items()})  # grading.json takes every name
+
+
+GLOBS = ["s?*", "a*", "[ab]", "x{1,2}", "a;b", "a$b", "a/b", "`id`", "a|b", "a'b", "a\\b"]
+
+
+@pytest.mark.parametrize("name", GLOBS)
+def test_a_student_id_that_a_glob_or_a_shell_would_read_is_refused(name):
+    why = intake.student_name(name)
+    assert "which a glob, nbgrader or a shell reads as more than a letter" in why, (name, why)
+
+
+@pytest.mark.parametrize("name", ["alice", "s1-solved", "jörg", "a.b@uni.edu", "x_y+z", "李"])
+def test_a_plain_name_is_taken(name):
+    assert intake.student_name(name) == ""
+
+
+def test_a_link_at_any_depth_refuses_the_folder_and_a_copy_reads_only_regular_files(tmp_path):
+    """A tutorial/ that is a link (to a classmate, to the solutions), a link or FIFO deeper down:
+    the folder is refused, naming the path; a folder of regular files is copied byte for byte
+    into a fresh one, and nothing outside it is read."""
+    s = tmp_path / "subs"
+    (s / "bob" / "tutorial").mkdir(parents=True)
+    (s / "bob" / "tutorial" / "tutorial.ipynb").write_text("{}")
+    (s / "bob" / "tutorial" / "data").mkdir()
+    (s / "bob" / "tutorial" / "data" / "x.txt").write_text("x")
+    (s / "eve").mkdir()
+    (s / "eve" / "tutorial").symlink_to(s / "bob" / "tutorial")
+    (s / "mal" / "tutorial" / "deep").mkdir(parents=True)
+    (s / "mal" / "tutorial" / "tutorial.ipynb").write_text("{}")
+    os.mkfifo(s / "mal" / "tutorial" / "deep" / "fifo")
+    got = autograde.submissions(s)
+    assert got["bob"] == s / "bob" / "tutorial"
+    assert got["eve"] == "eve/tutorial is a symbolic link: hand in regular files only"
+    assert got["mal"] == "mal/tutorial/deep/fifo is a FIFO: hand in regular files only"
+    files, why = intake.tree(got["bob"])
+    assert why == "" and sorted(map(str, files)) == ["data/x.txt", "tutorial.ipynb"]
+    assert intake.copy(got["bob"], files, tmp_path / "fresh") == ""
+    assert (tmp_path / "fresh" / "data" / "x.txt").read_text() == "x"
+    (s / "bob" / "tutorial" / "data" / "x.txt").unlink()  # replaced by a link since the walk
+    (s / "bob" / "tutorial" / "data" / "x.txt").symlink_to(tmp_path / "fresh" / "tutorial.ipynb")
+    assert "x.txt cannot be read" in intake.copy(got["bob"], files, tmp_path / "again")

@@ -9,9 +9,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from jupyter_client.manager import start_new_kernel
+from jupyter_client.manager import KernelManager
 
-from bildlib.notebook.tutorial import sandbox
+from bildlib.notebook.tutorial import limits, sandbox
 from conftest import REPO
 
 PROBE = r"""
@@ -28,7 +28,19 @@ def writable(p):
         return True
     except OSError:
         return False
-print(json.dumps({"mounts": mounts, "loose": sorted(loose), "uid": os.getuid(), "gid": os.getgid(),
+import resource, socket
+def reach(addr):  # a TCP connect to a public resolver, and to this host's loopback
+    try:
+        socket.create_connection(addr, timeout=3).close()
+        return True
+    except OSError:
+        return False
+limits = {n: resource.getrlimit(getattr(resource, n))[0] for n in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NOFILE",
+          "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NPROC")}
+nets = [ln.split(":")[0].strip() for ln in open("/proc/net/dev").readlines()[2:]]
+print(json.dumps({"limits": limits, "nets": nets, "reach": [reach(("1.1.1.1", 53)), reach(("127.0.0.1", 22))],
+                  "cgroup": open("/proc/self/cgroup").read(), "mounts": mounts, "loose": sorted(loose),
+                  "uid": os.getuid(), "gid": os.getgid(),
                   "groups": os.getgroups(), "cwd": os.getcwd(), "here": sorted(os.listdir(".")),
                   "writable": {p: writable(p) for p in mounts if os.path.isdir(p)},
                   "env": sorted(os.environ)}))
@@ -37,10 +49,18 @@ print(json.dumps({"mounts": mounts, "loose": sorted(loose), "uid": os.getuid(), 
 
 def _run_in_sandbox(tmp_path: Path, work: Path, code: str, env: dict | None = None) -> dict:
     sandbox.kernelspec(tmp_path / "jupyter")
+    sockets = tmp_path / "sockets"  # the kernel has no network: its sockets' folder, as make grade makes it
+    sockets.mkdir()
+    if os.geteuid() == 0:
+        os.chown(sockets, sandbox.NOBODY, sandbox.NOBODY)
     old = {k: os.environ.get(k) for k in ["JUPYTER_PATH", *(env or {})]}
     os.environ |= {"JUPYTER_PATH": str(tmp_path / "jupyter")} | (env or {})
     try:
-        km, kc = start_new_kernel(kernel_name=sandbox.NAME, cwd=str(work), startup_timeout=120)
+        km = KernelManager(kernel_name=sandbox.NAME, transport="ipc", ip=str(sockets / "k"))
+        km.start_kernel(cwd=str(work))
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -58,6 +78,7 @@ def _run_in_sandbox(tmp_path: Path, work: Path, code: str, env: dict | None = No
                 return json.loads("".join(out))
     finally:
         km.shutdown_kernel(now=True)
+        limits.end()  # its cgroups, as make grade removes them
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +108,8 @@ def test_the_kernel_sees_only_what_the_plan_lists(probed):
     etc = {f"/etc/{n}" for n in sandbox.ETC if Path("/etc", n).exists()}
     dev = {f"/dev/{n}" for n in sandbox.DEVICES if Path("/dev", n).exists()}
     expected = {"/", "/proc", "/dev", *dev, *etc, *map(str, plan["bind"] + plan["scratch"] + plan["build"]),
-                str(work)} | {f"/{n}" for n in ("bin", "lib", "lib64", "sbin") if Path("/", n).is_dir()
+                str(work), str(tmp / "sockets")} | {f"/{n}" for n in ("bin", "lib", "lib64", "sbin")
+                                                    if Path("/", n).is_dir()
                               and not Path("/", n).is_symlink()}  # fmt: skip
     assert set(got["mounts"]) == expected and len(got["mounts"]) == len(expected)
     assert got["loose"] == ["/etc/group", "/etc/passwd"]  # the root itself holds no host file
@@ -107,6 +129,23 @@ def test_the_kernel_is_nobody_where_the_grader_is_root(probed):
         assert got["uid"] == 0
     assert "AWS_SECRET_ACCESS_KEY" not in got["env"] and "HF_TOKEN" not in got["env"]
     assert "BILD_VERDICT" in got["env"]  # the grader's socket: the one thing it is told
+
+
+def test_the_kernel_has_its_limits_and_no_network(probed):
+    """Set before it starts (tutorial.limits): address space, CPU time, open files, file size, no
+    core; processes by a pids cgroup or RLIMIT_NPROC; memory by a cgroup where one can be made.
+    Its network namespace holds only a loopback that is down: no host is reached."""
+    got = probed[0]
+    L = limits
+    assert got["limits"]["RLIMIT_AS"] == L.ADDRESS_SPACE and got["limits"]["RLIMIT_CPU"] == L.CPU_SECONDS
+    assert got["limits"]["RLIMIT_NOFILE"] == L.OPEN_FILES and got["limits"]["RLIMIT_FSIZE"] == L.FILE_BYTES
+    assert got["limits"]["RLIMIT_CORE"] == 0
+    assert got["nets"] == ["lo"] and got["reach"] == [False, False], got
+    made = L._hierarchies()
+    if "pids" not in made and os.geteuid() == 0:
+        assert got["limits"]["RLIMIT_NPROC"] == L.PROCESSES
+    if "memory" in made:  # the kernel's cgroup, named after the grader (this process)
+        assert f"{L.PARENT}/g{os.getpid()}/k" in got["cgroup"], got["cgroup"]
 
 
 def test_what_the_kernel_writes_stays_in_the_box(probed):

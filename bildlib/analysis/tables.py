@@ -4,6 +4,9 @@ from them. README's blocks (bildlib.reports), the benchmarks' blocks and the not
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import json
 import math
 import re
@@ -21,10 +24,17 @@ class ReportError(ValueError):
     NaN or infinity where a number is shown. The message names the file and the field."""
 
 
+# Columns that name one row of a run's table: no two rows may share them (a file's own name, or any)
+KEYS = {"table1.csv": ("rule", "model", "regime")}
+
+
 def read_csv(root: Path, path: str) -> pd.DataFrame:
+    """A committed CSV, whole: its last line ended, every row as many fields as the header, no row
+    twice and no two rows with the same KEYS; a ReportError names the file, the row and the column."""
     f = root / path
     if not f.is_file():
         raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
+    whole(f, path)
     try:
         t = pd.read_csv(f)
     except pd.errors.EmptyDataError:
@@ -32,9 +42,40 @@ def read_csv(root: Path, path: str) -> pd.DataFrame:
     except (pd.errors.ParserError, UnicodeDecodeError) as e:  # the parser's message names the line
         raise ReportError(f"{path} is not a CSV the report can read: {' '.join(str(e).split())}") from None
     t.attrs["path"] = path
+    unique(t, path)
     if READ is not None:
         READ.append(path)
     return t
+
+
+def whole(f: Path, path: str) -> None:
+    """A CSV cut short (its last line unended, a row with fewer fields than the header): a ReportError
+    that says truncated, before a field read from the cut row is blamed on something else."""
+    raw = f.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        raise ReportError(f"{path} is truncated: its last line does not end (a write cut short?); rerun the "
+                          "command that writes it")  # fmt: skip
+    with contextlib.suppress(UnicodeDecodeError, csv.Error):
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8"))))
+        width = len(rows[0]) if rows else 0
+        for i, r in enumerate(rows[1:]):
+            if r and len(r) != width:
+                cut = " (truncated or damaged)" if len(r) < width else ""
+                raise ReportError(f"{path}: row {i} has {len(r)} fields, its header {width}{cut}; rerun the "
+                                  "command that writes it")  # fmt: skip
+
+
+def unique(t: pd.DataFrame, path: str) -> None:
+    """No row twice, and no two rows with the same key columns (KEYS, by the file's name)."""
+    if (twice := t.duplicated(keep=False)).any():
+        i, j = list(t.index[twice])[:2]
+        raise ReportError(f"{path}: rows {i} and {j} are the same row twice (a run appended twice?); "
+                          "rerun the command that writes it")  # fmt: skip
+    key = [c for c in KEYS.get(Path(path).name, ()) if c in t.columns]
+    if key and (same := t.duplicated(subset=key, keep=False)).any():
+        i, j = list(t.index[same])[:2]
+        raise ReportError(f"{path}: rows {i} and {j} have the same {', '.join(key)}: one run has one row for "
+                          "each; rerun the command that writes it")  # fmt: skip
 
 
 def read_json(root: Path, path: str) -> dict:
@@ -53,7 +94,30 @@ def read_json(root: Path, path: str) -> dict:
     if READ is not None:
         READ.append(path)
     finite(doc, path, "")
+    if path.endswith("checks.json"):
+        typed(doc, path)
     return Fields(path, doc)
+
+
+# A run's checks file (<notebook>_checks.json, tutorial_checks.json): the type of each field it may hold
+CHECKS = {"n": int, "passed": int, "exercises": int, "threads": int, "configurations": int,
+          "busy configurations": int, "baseline repeats": int, "baseline ms": float,
+          "baseline spread %": float, "dtype": str, "engine": str, "device": str, "baseline": str,
+          "solutions": bool, "row_invariant": bool}  # fmt: skip
+_KIND = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+
+
+def typed(doc: dict, path: str) -> None:
+    """Each field of CHECKS in a checks file has its type (a bool is not a number, "five" not an int)."""
+    for k, want in CHECKS.items():
+        if k not in doc or doc[k] is None and k == "row_invariant":
+            continue
+        v = doc[k]
+        ok = isinstance(v, int | float) and not isinstance(v, bool) if want is float else (
+            type(v) is want)  # fmt: skip
+        if not ok:
+            raise ReportError(f"{path}: field {k!r} is {v!r}, where it holds {_KIND[want]}; rerun the "
+                              "command that writes it")  # fmt: skip
 
 
 class Fields(dict):

@@ -3,8 +3,10 @@
 data/results/<preset>/<key>.parquet, key = hash of the run's spec (runner.plan): the models'
 identities (every file that decides a checkpoint's outputs: model_files), the configuration,
 split, n_examples and a hash of those examples' sources and references, the code that decides
-outputs and timings (CODE), device, dtypes, threads and warm-up. Files are written atomically;
-one that does not read back as what its key promises is deleted with a warning and recomputed.
+outputs and timings (CODE), device, dtypes, threads and warm-up. Files are written atomically,
+with a SHA-256 of their rows in their metadata (rows_hash); one that does not read back as what
+its key promises, or whose rows no longer hash to it (an edited output, a stale summary beside
+it), is deleted with a warning and recomputed.
 Computing a key is exclusive across processes (a file lock beside the result), so two runs never
 time the same configuration at once.
 """
@@ -94,6 +96,8 @@ def read(path: Path, key: str) -> pd.DataFrame | None:
         df = table.to_pandas()
         if meta["key"] != key or list(df["id"]) != list(range(len(df))):
             raise ValueError("key or example ids do not match")
+        if meta.get("rows_sha256") != rows_hash(table):
+            raise ValueError("its rows do not hash to what was recorded when it was written (edited?)")
         df.attrs.update(meta)
         return df
     except Exception as e:  # unreadable, truncated, foreign: recompute
@@ -104,8 +108,15 @@ def read(path: Path, key: str) -> pd.DataFrame | None:
         return None
 
 
+def rows_hash(table: pa.Table) -> str:
+    """SHA-256 of a table's columns and values (not its metadata), as written and as read back."""
+    doc = {"columns": table.column_names, "rows": table.to_pydict()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def write(df: pd.DataFrame, path: Path, meta: dict) -> None:
     table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = meta | {"rows_sha256": rows_hash(table)}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"bildlib": json.dumps(meta)})
     with data.atomic_path(path) as tmp:
         pq.write_table(table, tmp)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import numbers
 import weakref
 from pathlib import Path
@@ -156,6 +157,10 @@ def check_source(source_ids, vocab: int, limit: int | None = None, model: str = 
             raise TypeError(f"source_ids must be integer token ids, got a {x.dtype} tensor")
         x = x.reshape(1, -1).long()
     else:
+        if isinstance(source_ids, collections.abc.Iterator):  # the second model would find it empty
+            raise TypeError(f"source_ids must be a sequence (a list or a tensor), got a "
+                            f"{type(source_ids).__name__}: each model reads it, and an iterator is empty "
+                            "after the first; pass list(...)")  # fmt: skip
         ids = list(source_ids)
         if any(isinstance(i, list | tuple) or getattr(i, "ndim", 0) > 0 for i in ids):
             raise ValueError("source_ids must be one sequence of ids (batch 1), got a nested sequence")

@@ -4,6 +4,8 @@ the notebook's outputs go, and the run settings its parameters give a sweep (swe
 from __future__ import annotations
 
 import ast
+import contextlib
+import difflib
 import functools
 import hashlib
 import io
@@ -57,7 +59,15 @@ def defaults(name: str) -> dict:
 def check_parameters(name: str, values: dict) -> None:
     """Every parameter has the type its line in the parameters cell declares; values: the
     notebook's variables (globals()). The error names the parameter, the type and the value
-    (papermill -p passes text that is not a number as a string; lists and dicts go with -y)."""
+    (papermill -p passes text that is not a number as a string; lists and dicts go with -y). A
+    name papermill injected that the cell does not declare (a misspelt -p) is an error naming the
+    nearest declared one: papermill itself only warns, and the run would go on with the default."""
+    declared = parameters(name)
+    for k in injected(values):
+        if k not in declared:
+            near = difflib.get_close_matches(k, declared, n=1)
+            hint = f"; did you mean {near[0]}?" if near else f"; its parameters: {', '.join(declared)}"
+            raise NameError(f"{name}: no parameter {k!r} (papermill -p {k} was given){hint}")
     for k, p in parameters(name).items():
         t, x = p["inferred_type_name"], values[k]
         if t not in TYPES:
@@ -65,6 +75,18 @@ def check_parameters(name: str, values: dict) -> None:
         if not isinstance(x, TYPES[t]) or isinstance(x, bool) and t != "bool":
             hint = f" (papermill: -y '{{{k}: ...}}' passes a {t})" if t in ("list", "dict") else ""
             raise TypeError(f"{name}: parameter {k} must be {t}, got {x!r} ({type(x).__name__}){hint}")
+
+
+def injected(values: dict) -> list[str]:
+    """The names papermill's injected-parameters cell assigned (it begins "# Parameters"), read from
+    the kernel's input history (IPython's In); none outside IPython."""
+    out = []
+    for src in values.get("In") or []:
+        if isinstance(src, str) and src.startswith("# Parameters\n"):
+            with contextlib.suppress(SyntaxError):
+                out += [t.id for n in ast.parse(src).body if isinstance(n, ast.Assign)
+                        for t in n.targets if isinstance(t, ast.Name)]  # fmt: skip
+    return out
 
 
 def outputs(name: str, values: dict) -> Path:

@@ -1,10 +1,14 @@
 """What `make grade` takes from a submissions folder before anything runs, and what it clears
 from a student's folders around nbgrader's steps (docs/teaching.md, *What the sandbox isolates*).
 
-Taken: a student folder under a name a shell or nbgrader cannot mangle, holding one notebook
-that is a regular file (no symbolic link, FIFO, device or second hard link), at most MAX_BYTES,
-and valid notebook JSON by nbformat's own validation. Cleared: anything in a folder nbgrader is
-about to copy, chmod or render that is not a regular file or folder, or is over the limit.
+Taken: a student folder whose name is a name, never a pattern (letters, digits and `_-.@+`:
+nbgrader globs a student id, so `s?*` would be every student whose id starts with s), whose whole
+tree, walked with lstat, holds only folders and regular files (no symbolic link, FIFO, device,
+socket or second hard link at any depth), at most MAX_FILES of them and none over MAX_BYTES, and
+one notebook that is valid notebook JSON by nbformat's own validation. What nbgrader then reads
+is a fresh copy of those regular files (`copy`), never the student's tree. Cleared: anything in a
+folder nbgrader is about to copy, chmod or render that is not a regular file or folder, or is over
+the limit.
 Every refusal is one line naming the path, returned, never raised: one student's file does not
 stop the others' grading.
 """
@@ -18,6 +22,8 @@ from pathlib import Path
 
 MAX_BYTES = 16 << 20  # a notebook, or any file nbgrader copies: the handout is about 100 KB
 MAX_NAME = 100
+MAX_FILES = 200  # in a student's folder
+NAME_MARKS = set("_-.@+")  # besides letters and digits: nothing a glob, nbgrader or a shell reads
 
 
 def student_name(name: str) -> str:
@@ -30,6 +36,49 @@ def student_name(name: str) -> str:
         return "holds '..'"
     if len(name) > MAX_NAME:
         return f"is longer than {MAX_NAME} characters"
+    if bad := sorted({c for c in name if not (c.isalnum() or c in NAME_MARKS)}):
+        return (f"holds {' '.join(bad)}, which a glob, nbgrader or a shell reads as more than a letter "
+                "(a student id is letters, digits and _-.@+)")  # fmt: skip
+    return ""
+
+
+def tree(folder: Path) -> tuple[list[Path], str]:
+    """([the regular files under folder, relative], "") or ([], why the folder is refused): walked
+    with lstat, never following a link; a link, FIFO, device, socket or second hard link at any
+    depth, a file over MAX_BYTES, more than MAX_FILES files: refused, naming the path."""
+    files = []
+    for top, dirs, names in os.walk(folder):  # a link to a folder is listed in dirs, not entered
+        for name in sorted([*dirs, *names]):
+            p = Path(top) / name
+            try:
+                st = os.lstat(p)
+            except OSError as e:
+                return [], f"{p.relative_to(folder.parent)} cannot be read ({e.strerror})"
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if why := kind(st):
+                return [], f"{p.relative_to(folder.parent)} is {why}: hand in regular files only"
+            files.append(p.relative_to(folder))
+            if len(files) > MAX_FILES:
+                return [], f"{folder.name} holds more than {MAX_FILES} files"
+    return files, ""
+
+
+def copy(src: Path, files: list[Path], dest: Path) -> str:
+    """The regular files (tree's list, relative to src) copied into the new folder dest, each
+    opened without following a link and checked again once open: "" or why not (a file replaced
+    since the walk)."""
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(src / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if why := kind(os.fstat(f.fileno())):
+                    return f"{rel} is {why}"
+                target.write_bytes(f.read(MAX_BYTES + 1))
+        except OSError as e:
+            return f"{rel} cannot be read ({e.strerror})"
     return ""
 
 

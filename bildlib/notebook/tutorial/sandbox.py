@@ -20,9 +20,11 @@ the home folder, not another checkout, not /etc beyond what the dynamic loader r
   kernel ends or is killed, the PID namespace ends, and every process the submission started
   (`setsid`, `nohup` or a double fork included) is killed with it.
 
-The network is shared: the kernel talks to nbgrader over local TCP and to the grader over an
-abstract Unix socket (verdict). The checks run in the grader, so what a kernel does inside its
-sandbox cannot change a grade (verdict).
+It has no network (an empty network namespace): it talks to nbgrader and to the grader (verdict)
+through Unix sockets in one folder the grader made for it (the connection file's `ip` with
+transport "ipc"), bound into its root writable. What it may spend is limited before it starts
+(tutorial.limits). The checks run in the grader, so what a kernel does inside its sandbox cannot
+change a grade (verdict).
 """
 
 from __future__ import annotations
@@ -36,37 +38,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bildlib.notebook.tutorial import limits
+
 NAME = "bildlib-sandbox"
 MODULE = "bildlib.notebook.tutorial.sandbox"  # this module (run with -m, its __name__ is __main__)
 NOBODY = 65534  # the kernel's uid and gid on the host where the grader is root
 ROOT = Path("/dev/shm")  # where the new root is built, in the namespace only (its tmpfs hides the host's)
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-ETC = (
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
-    "hosts",
-    "nsswitch.conf",
-    "host.conf",
-    "alternatives",
-)  # what the dynamic loader and Python read; no passwd, shadow or keys
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "hosts", "nsswitch.conf", "host.conf",
+       "alternatives")  # fmt: skip  # what the dynamic loader and Python read; no passwd, shadow or keys
 COURSE = "BILD_SANDBOX_COURSE"  # a folder the kernel must not see: the grader names the course folder
-ENV = {
-    "PATH",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "PYTHONHASHSEED",
-    "PYTHONUNBUFFERED",
-    "PYTHONDONTWRITEBYTECODE",
-    "VIRTUAL_ENV",
-    "HF_HUB_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "TRITON_INTERPRET",
-}  # the kernel's env
+ENV = {"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+       "VIRTUAL_ENV", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRITON_INTERPRET"}  # fmt: skip
 ENV_PREFIXES = ("BILD_", "LC_", "OMP_", "MKL_", "JPY_")  # and these (BILD_VERDICT: the grader's socket)
 WORK_FILES, WORK_BYTES = 200, 64 << 20  # the working folder copied in: at most this many files, bytes
+TMPFS = "size=256m,nr_inodes=16k"  # each writable folder of the kernel's (a memory cgroup counts it)
+CGROUPS = "_BILD_SANDBOX_CGROUPS"  # outer tells inner which limits a cgroup holds (not passed on)
 
 
 def _root_grader() -> bool:
@@ -86,7 +73,7 @@ def available() -> str | None:
 
 def _namespaces() -> list[str]:
     user = [] if _root_grader() else ["--user", "--map-root-user"]
-    return [*user, "--mount", "--pid", "--fork"]
+    return [*user, "--mount", "--pid", "--net", "--fork"]
 
 
 def kernelspec(folder: Path) -> Path:
@@ -103,6 +90,7 @@ def kernelspec(folder: Path) -> Path:
 def outer(connection_file: str, extra: list[str]) -> None:
     """As the kernel manager starts it: the same module again, as init of new namespaces."""
     mode = "--inner-nobody" if _root_grader() else "--inner"  # inside, both are uid 0: say which it is
+    os.environ[CGROUPS] = ",".join(limits.enter(os.getppid()))  # before the namespaces: all of it is in them
     os.execvp("unshare", ["unshare", *_namespaces(), "--kill-child", "--mount-proc", sys.executable, "-m",
                           MODULE, mode, connection_file, *extra])  # fmt: skip
 
@@ -136,6 +124,7 @@ def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
     manager sends, reap, and end with it (which ends every process in the namespace)."""
     conn = Path(connection_file).read_text()
     plan, uid = allowed(), NOBODY if nobody else None  # None: the user namespace's own uid, kept
+    plan["sockets"] = [_sockets(conn)]
     _refuse_overlap(plan)
     _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(ROOT))
     _dev()
@@ -145,6 +134,9 @@ def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
         _tmpfs(p, "mode=1777")
     for p in plan["bind"]:
         _bind(p)
+    (sockets,) = plan["sockets"]  # under /tmp: after its tmpfs
+    (ROOT / sockets.relative_to("/")).mkdir(parents=True, exist_ok=True)
+    _mount("--bind", str(sockets), str(ROOT / sockets.relative_to("/")))
     for name in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):  # merged /usr: links; else folders
         host = Path("/") / name
         if host.is_symlink():
@@ -168,11 +160,14 @@ def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
     _own(kf, uid)
     env = {k: v for k, v in os.environ.items() if k in ENV or k.startswith(ENV_PREFIXES)}
     env |= {"HOME": "/tmp/home", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl",
-                        "XDG_CACHE_HOME": "/tmp/cache", "TMPDIR": "/tmp", "JPY_PARENT_PID": "1"}  # fmt: skip
+                        "XDG_CACHE_HOME": "/tmp/cache", "TMPDIR": "/tmp", "JPY_PARENT_PID": "1",
+                        "MALLOC_ARENA_MAX": "2"}  # fmt: skip
     who = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
     argv = ["setpriv", *who, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
             sys.executable, "-m", "ipykernel_launcher", "-f", str(kf), *extra]  # fmt: skip
-    child = subprocess.Popen(argv, env=env, cwd=work, process_group=0)  # signals reach it through init only
+    cgroups = [c for c in os.environ.get(CGROUPS, "").split(",") if c]
+    child = subprocess.Popen(argv, env=env, cwd=work, process_group=0,  # signals reach it through init only
+                             preexec_fn=lambda: limits.rlimits(nobody, cgroups))  # fmt: skip
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(s, lambda sig, _: child.send_signal(sig))
     while True:  # init reaps every orphan until the kernel itself ends
@@ -186,6 +181,18 @@ def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
             return os.waitstatus_to_exitcode(status) & 0xFF
 
 
+def _sockets(conn: str) -> Path:
+    """The folder of the kernel's Unix sockets, from its connection file: it has no network."""
+    c = json.loads(conn)
+    folder = Path(str(c.get("ip", ""))).parent
+    if c.get("transport") != "ipc" or not folder.is_absolute() or folder == Path("/"):
+        raise SystemExit("sandbox: the kernel has no network; start it with transport 'ipc' and an `ip` "
+                         "in a folder of its own (KernelManager.transport, KernelManager.ip)")  # fmt: skip
+    if folder.is_symlink() or not folder.is_dir():
+        raise SystemExit(f"sandbox: the sockets' folder {folder} is not a folder")
+    return folder.resolve()
+
+
 def _refuse_overlap(plan: dict) -> None:
     """The course folder (COURSE) must not lie in what is bound, nor anything under the root being built."""
     course = [Path(v).resolve() for v in os.environ.get(COURSE, "").split(os.pathsep) if v]
@@ -193,7 +200,7 @@ def _refuse_overlap(plan: dict) -> None:
         if seen := [p for p in plan["bind"] if c.is_relative_to(p)]:
             raise SystemExit(f"sandbox: the course folder {c} lies in {seen[0]}, which a kernel sees; "
                              "build the course elsewhere (make course COURSE=...)")  # fmt: skip
-    if any(p.is_relative_to(ROOT) for p in [*plan["bind"], *plan["work"]]):
+    if any(p.is_relative_to(ROOT) for p in [*plan["bind"], *plan["work"], *plan.get("sockets", [])]):
         raise SystemExit(f"sandbox: a folder it binds is under {ROOT}, where it builds its root")
     if [p for p in plan["bind"] if plan["work"][0].is_relative_to(p)]:
         raise SystemExit(f"sandbox: the working folder {plan['work'][0]} lies in a folder bound read-only")
@@ -215,7 +222,7 @@ def _bind(host: Path) -> None:
 def _tmpfs(path: Path, mode: str) -> None:
     dest = ROOT / path.relative_to("/")
     dest.mkdir(parents=True, exist_ok=True)
-    _mount("-t", "tmpfs", "-o", f"{mode},size=1g", "tmpfs", str(dest))
+    _mount("-t", "tmpfs", "-o", f"{mode},{TMPFS}", "tmpfs", str(dest))
 
 
 def _etc() -> None:

@@ -4,10 +4,11 @@ process, never in the student's kernel (docs/teaching.md, *What the sandbox isol
 Any code in a kernel can change anything else in it: a cell can replace importlib.import_module,
 patch the checks module or rewrite its file, so a check that runs in the student's kernel can be
 made to pass. Here the hidden test cell only serves the student's function: it connects to the
-grader (`Server`, an abstract Unix socket whose random name the grader passes to the kernel in
-BILD_VERDICT), and the grader runs the exercise's check (grading.check) on a stand-in that calls
-the function in the kernel over the socket (`Student`). The grader records the check's result as
-the exercise's points; what the kernel prints or raises is only the student's feedback.
+grader (`Server`, a Unix socket in the folder the grader made for that kernel's sockets, its path
+in BILD_VERDICT: the kernel has no network), and the grader runs the exercise's check
+(grading.check) on a stand-in that calls the function in the kernel over the socket (`Student`).
+The grader records the check's result as the exercise's points; what the kernel prints or raises
+is only the student's feedback.
 
 The messages are JSON frames (a 4-byte length, then UTF-8), never pickle: what comes from the
 kernel is data (numbers, strings, lists, dicts, tensors as raw bytes with dtype and shape) and
@@ -30,16 +31,22 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import secrets
 import socket
 import threading
+from pathlib import Path
 
-from bildlib.notebook.tutorial.wire import Gone, decode, encode, error, recv, send
+from bildlib.notebook.tutorial.answers import refusing
+from bildlib.notebook.tutorial.wire import KERNEL_FRAME, Gone, decode, encode, error, recv, send
 
 ENV = "BILD_VERDICT"  # the grader's socket name, in the kernel's environment
 CALL = {"start", "forward", "crop"}  # what a submission may call on a grader's model
 READ = {"ids", "eos", "name", "width"}  # and read (by value)
 WRITE = {"width"}  # and set (decoding's pair check sets it)
+# What one exercise's check may be asked to spend on the kernel's behalf: a lent model's cache (a
+# start's source, the tokens a forward adds to it) and calls on lent objects. The tutorial's pair
+# decodes at most 64 new tokens; more is not a BiLD loop, and a 10,000-token call would cost the
+# grader gigabytes (docs/teaching.md, *Limits*).
+MAX_TOKENS, MAX_SOURCE, MAX_CALLS = 256, 512, 20_000
 
 
 # --- the grader's side ---------------------------------------------------------------------------
@@ -51,6 +58,7 @@ class Refs:
 
     def __init__(self):
         self.objs: list[tuple[object, str]] = []
+        self.calls = 0
 
     def add(self, obj) -> dict:
         kind = "model" if all(hasattr(obj, m) for m in CALL) else "function" if callable(obj) else None
@@ -67,13 +75,33 @@ class Refs:
         obj, kind = self.objs[ref]
         op = msg["op"]
         if op == "invoke" and (kind == "function" and name == "__call__" or kind == "model" and name in CALL):
+            self.calls += 1
+            if self.calls > MAX_CALLS:
+                raise RuntimeError(f"more than {MAX_CALLS} calls on the grader's objects in one exercise")
             f = obj if name == "__call__" else getattr(obj, name)
-            return f(*decode(msg.get("args", [])), **decode(msg.get("kwargs", {"$dict": []})))
+            args, kwargs = decode(msg.get("args", [])), decode(msg.get("kwargs", {"$dict": []}))
+            if kind == "model":
+                _within(obj, name, args, kwargs)
+            return f(*args, **kwargs)
         if op == "getattr" and kind == "model" and name in READ:
             return getattr(obj, name)
         if op == "setattr" and kind == "model" and name in WRITE:
             return setattr(obj, name, decode(msg.get("value")))
         raise AttributeError(f"{name!r} of the grader's {kind} is not available to a submission")
+
+
+def _within(model, name: str, args, kwargs) -> None:
+    """A lent model's call within MAX_SOURCE and MAX_TOKENS, checked before the model runs."""
+    arg = args[0] if args else next(iter(kwargs.values()), None) if isinstance(kwargs, dict) else None
+    if name == "crop" or arg is None:
+        return
+    if not isinstance(arg, list | tuple) and not (hasattr(arg, "shape") and len(arg.shape) == 1):
+        raise TypeError(f"{name}() takes a list of token ids, got {type(arg).__name__}")
+    if name == "start" and len(arg) > MAX_SOURCE:
+        raise ValueError(f"start() with {len(arg)} source tokens: the grader takes at most {MAX_SOURCE}")
+    if name == "forward" and len(model.ids) + len(arg) > MAX_TOKENS:
+        raise ValueError(f"forward() of {len(arg)} tokens after {len(model.ids)}: the grader's models take "
+                         f"at most {MAX_TOKENS} in all (the tutorial decodes at most 64 new)")  # fmt: skip
 
 
 class Student:
@@ -107,12 +135,14 @@ class Server:
     """The grader's end for one submission: `env` goes into the kernel's environment; each hidden
     test that connects gets its exercise checked here, once (`results`: exercise -> Result)."""
 
-    def __init__(self, check, timeout: float):
-        """check(n, fn) -> checks.Result; timeout: seconds the grader waits for one answer."""
+    def __init__(self, check, timeout: float, folder: Path):
+        """check(n, fn) -> checks.Result; timeout: seconds the grader waits for one answer; folder:
+        the kernel's sockets' folder (the only one it shares with the grader)."""
         self.check, self.timeout, self.results = check, timeout, {}
-        self.name = f"bild-verdict-{secrets.token_hex(16)}"
+        self.name = str(Path(folder) / "verdict")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind("\0" + self.name)  # abstract: no file for a submission to touch
+        self.sock.bind(self.name)
+        os.chmod(self.name, 0o666)  # the kernel may run as nobody
         self.sock.listen(8)
         self.env = {ENV: self.name}
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -157,6 +187,8 @@ class Server:
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self.thread.join(5)
+        with contextlib.suppress(OSError):
+            os.unlink(self.name)
 
 
 def _refuse(conn: socket.socket, why: str) -> None:
@@ -176,7 +208,7 @@ class Peer:
 
     def ask(self, msg: dict):
         send(self.sock, msg)
-        r = recv(self.sock)
+        r = recv(self.sock, KERNEL_FRAME)
         if r["op"] == "result":
             return decode(r.get("value"), lambda ref, kind: Proxy(self, ref, kind))
         if r["op"] == "error":
@@ -215,19 +247,20 @@ class Proxy:
 def serve(n: int, fn, address: str | None = None) -> None:
     """The hidden test's side: serve fn to the grader for exercise n's check, then print its
     verdict, raising AssertionError (the cell's error) when it failed. address: the grader's
-    socket name (default: BILD_VERDICT)."""
+    socket's path (default: BILD_VERDICT). While fn runs, the package's own answers to the
+    exercises refuse to run (refusing)."""
     address = address or os.environ.get(ENV)
     if not address:
         raise RuntimeError(f"no grader: {ENV} is not set (course.grade sets it; grading.exercise checks "
                            "a function in this kernel)")  # fmt: skip
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect("\0" + address)
+    sock.connect(address)
     peer = Peer(sock)
     lend = lambda ref, kind: Proxy(peer, ref, kind)  # noqa: E731
     with sock:
         send(sock, {"op": "hello", "exercise": n})
         while True:
-            msg = recv(sock)
+            msg = recv(sock, KERNEL_FRAME)
             if msg["op"] == "done":
                 print(f"{'PASS' if msg.get('passed') else 'FAIL'}  (graded) {msg.get('message')}")
                 assert msg.get("passed"), msg.get("message")
@@ -237,7 +270,8 @@ def serve(n: int, fn, address: str | None = None) -> None:
             if msg["op"] != "call":
                 raise Gone(f"an unexpected {msg['op']!r}")
             try:
-                got = fn(*decode(msg["args"], lend), **decode(msg["kwargs"], lend))
+                with refusing(n):
+                    got = fn(*decode(msg["args"], lend), **decode(msg["kwargs"], lend))
                 out = {"op": "return", "value": encode(got)}
             except Exception as e:  # the student's error: the check reports it
                 out = {"op": "raise", "type": type(e).__name__, "message": str(e)}

@@ -23,7 +23,8 @@ import torch
 
 from bildlib.decoding.trace import Trace
 
-MAX_FRAME = 1 << 27  # bytes: more is not the protocol
+MAX_FRAME = 1 << 22  # bytes the grader takes in one frame (an exercise returns at most a few KB)
+KERNEL_FRAME = 1 << 28  # and the kernel (the grader's logits: up to verdict.MAX_TOKENS rows)
 DTYPES = {str(d).removeprefix("torch."): d
           for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                     torch.int16, torch.int8, torch.uint8, torch.bool)}  # fmt: skip
@@ -44,9 +45,9 @@ def send(sock: socket.socket, msg: dict) -> None:
         raise Gone(f"the connection closed ({e})") from None
 
 
-def recv(sock: socket.socket) -> dict:
+def recv(sock: socket.socket, limit: int = MAX_FRAME) -> dict:
     (n,) = struct.unpack(">I", _exact(sock, 4))
-    if n > MAX_FRAME:
+    if n > limit:
         raise Gone(f"a message of {n} bytes")
     try:
         msg = json.loads(_exact(sock, n))
