@@ -38,7 +38,13 @@ def reach(addr):  # a TCP connect to a public resolver, and to this host's loopb
 limits = {n: resource.getrlimit(getattr(resource, n))[0] for n in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NOFILE",
           "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NPROC")}
 nets = [ln.split(":")[0].strip() for ln in open("/proc/net/dev").readlines()[2:]]
-print(json.dumps({"limits": limits, "nets": nets, "reach": [reach(("1.1.1.1", 53)), reach(("127.0.0.1", 22))],
+try:
+    big = bytearray(9 << 30)  # past RLIMIT_AS: refused, never touched
+    greedy = "allocated"
+except MemoryError:
+    greedy = "MemoryError"
+print(json.dumps({"limits": limits, "nets": nets, "greedy": greedy,
+                  "reach": [reach(("1.1.1.1", 53)), reach(("127.0.0.1", 22))],
                   "cgroup": open("/proc/self/cgroup").read(), "mounts": mounts, "loose": sorted(loose),
                   "uid": os.getuid(), "gid": os.getgid(),
                   "groups": os.getgroups(), "cwd": os.getcwd(), "here": sorted(os.listdir(".")),
@@ -75,10 +81,21 @@ def _run_in_sandbox(tmp_path: Path, work: Path, code: str, env: dict | None = No
             if m["msg_type"] == "error":
                 raise AssertionError("\n".join(m["content"]["traceback"]))
             if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
-                return json.loads("".join(out))
+                return json.loads("".join(out)) | {"host": _cgroup_limits()}
     finally:
         km.shutdown_kernel(now=True)
         limits.end()  # its cgroups, as make grade removes them
+
+
+def _cgroup_limits() -> dict:
+    """What the host's cgroup files say of the running kernel's limits (as the grader sees them)."""
+    out = {}
+    for base in limits._hierarchies().values():
+        for g in limits._group(base, os.getpid()).glob("k*"):
+            for name in ("memory.max", "memory.limit_in_bytes", "pids.max"):
+                if (g / name).is_file():
+                    out[name] = int((g / name).read_text().split()[0])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +161,12 @@ def test_the_kernel_has_its_limits_and_no_network(probed):
     made = L._hierarchies()
     if "pids" not in made and os.geteuid() == 0:
         assert got["limits"]["RLIMIT_NPROC"] == L.PROCESSES
+    assert got["greedy"] == "MemoryError"
     if "memory" in made:  # the kernel's cgroup, named after the grader (this process)
         assert f"{L.PARENT}/g{os.getpid()}/k" in got["cgroup"], got["cgroup"]
+        assert got["host"].get("memory.max", got["host"].get("memory.limit_in_bytes")) == L.KERNEL_MEMORY
+    if "pids" in made:
+        assert got["host"]["pids.max"] == L.PROCESSES
 
 
 def test_what_the_kernel_writes_stays_in_the_box(probed):
