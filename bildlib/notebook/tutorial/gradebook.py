@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import warnings
 from pathlib import Path
 
 import pandas as pd
+import sqlalchemy.exc
 
 from bildlib import data
 from bildlib.notebook.tutorial.checks import EXERCISES
@@ -72,7 +74,9 @@ def record(gb, student: str, pts: dict[int, float] | None) -> None:
     with contextlib.suppress(MissingEntry):
         gb.remove_submission(ASSIGNMENT, student)
     if pts is not None:
-        gb.add_submission(ASSIGNMENT, student)
+        with warnings.catch_warnings():  # nbgrader's own add_submission trips SQLAlchemy's autoflush warning
+            warnings.simplefilter("ignore", getattr(sqlalchemy.exc, "SAWarning", Warning))
+            gb.add_submission(ASSIGNMENT, student)
         for n, p in pts.items():
             with contextlib.suppress(MissingEntry):
                 g = gb.find_grade(f"test-{n}", ASSIGNMENT, ASSIGNMENT, student)
