@@ -290,7 +290,9 @@ def test_cache_key_covers_the_code_that_decides_outputs(tmp_path):
     for f in ("bildlib/analysis/__init__.py", "bildlib/plots/__init__.py", "bildlib/experiments/runner.py"):
         (tmp_path / f).write_text((tmp_path / f).read_text() + "\n# an edit\n")
         assert cache.code_version(tmp_path) == v, f
-    for f in ("bildlib/decoding/bild.py", "bildlib/experiments/measure.py", "kernels/triton_policy.py"):
+    assert {"kernels/cpu.py", "kernels/cpu_t5.cpp", "kernels/triton_attention.py"} <= files  # native, GPU
+    for f in ("bildlib/decoding/bild.py", "bildlib/experiments/measure.py", "kernels/triton_policy.py",
+              "kernels/cpu_t5.cpp", "kernels/cpu.py"):  # fmt: skip
         before = cache.code_version(tmp_path)
         (tmp_path / f).write_text((tmp_path / f).read_text() + "\n# an edit\n")
         assert cache.code_version(tmp_path) != before, f

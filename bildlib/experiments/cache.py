@@ -32,7 +32,8 @@ from bildlib import REPO_ROOT, data
 RESULTS = REPO_ROOT / "data" / "results"
 # The code that decides outputs and timings: decoders, model adapters, kernels, the timed call.
 CODE = ["bildlib/decoding/*.py", "bildlib/models/*.py", "bildlib/experiments/measure.py"]
-CODE += ["kernels/__init__.py", "kernels/dispatch.py", "kernels/reference.py", "kernels/triton_policy.py"]
+CODE += ["kernels/__init__.py", "kernels/dispatch.py", "kernels/reference.py", "kernels/triton_*.py"]
+CODE += ["kernels/cpu.py", "kernels/*.cpp", "kernels/*.h"]  # the native engine: its build and its C++
 CODE += ["bildlib/quant/model.py", "bildlib/quant/uniform.py", "bildlib/quant/weights.py"]  # int8 codes' path
 
 
