@@ -22,7 +22,7 @@ from pathlib import Path
 
 MAX_BYTES = 16 << 20  # a notebook, or any file nbgrader copies: the handout is about 100 KB
 MAX_NAME = 100
-MAX_FILES = 200  # in a student's folder
+MAX_FILES, MAX_TOTAL = 200, 64 << 20  # in a student's folder: files, and their bytes together
 NAME_MARKS = set("_-.@+")  # besides letters and digits: nothing a glob, nbgrader or a shell reads
 
 
@@ -45,8 +45,9 @@ def student_name(name: str) -> str:
 def tree(folder: Path) -> tuple[list[Path], str]:
     """([the regular files under folder, relative], "") or ([], why the folder is refused): walked
     with lstat, never following a link; a link, FIFO, device, socket or second hard link at any
-    depth, a file over MAX_BYTES, more than MAX_FILES files: refused, naming the path."""
-    files = []
+    depth, a file over MAX_BYTES, more than MAX_FILES files or MAX_TOTAL bytes: refused, naming
+    the path."""
+    files, total = [], 0
     for top, dirs, names in os.walk(folder):  # a link to a folder is listed in dirs, not entered
         for name in sorted([*dirs, *names]):
             p = Path(top) / name
@@ -59,8 +60,9 @@ def tree(folder: Path) -> tuple[list[Path], str]:
             if why := kind(st):
                 return [], f"{p.relative_to(folder.parent)} is {why}: hand in regular files only"
             files.append(p.relative_to(folder))
-            if len(files) > MAX_FILES:
-                return [], f"{folder.name} holds more than {MAX_FILES} files"
+            total += st.st_size
+            if len(files) > MAX_FILES or total > MAX_TOTAL:
+                return [], f"{folder.name} holds more than {MAX_FILES} files or {MAX_TOTAL >> 20} MiB"
     return files, ""
 
 

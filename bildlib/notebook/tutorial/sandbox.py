@@ -150,11 +150,11 @@ def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
     _tmpfs(work, "mode=0755")
     _copy_regular(work, ROOT / work.relative_to("/"), uid)
     (ROOT / ".old").mkdir()
-    _run("pivot_root", str(ROOT), str(ROOT / ".old"))
+    run("pivot_root", str(ROOT), str(ROOT / ".old"))
     os.chdir("/")
-    _run("umount", "-l", "/.old")  # the host's tree leaves the namespace
+    run("umount", "-l", "/.old")  # the host's tree leaves the namespace
     os.rmdir("/.old")
-    _run("mount", "-o", "remount,bind,ro", "/")
+    run("mount", "-o", "remount,bind,ro", "/")
     kf = Path("/tmp/kernel.json")
     kf.write_text(conn)
     _own(kf, uid)
@@ -274,14 +274,15 @@ def _own(path: Path, uid: int | None) -> None:
         os.chown(path, uid, uid)
 
 
-def _run(*argv: str) -> None:
+def run(*argv: str) -> None:
+    """A system command (mount, umount, pivot_root); its failure ends the sandbox, naming it."""
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"sandbox: {' '.join(argv)} failed: {p.stderr.strip()}")
 
 
 def _mount(*args: str) -> None:
-    _run("mount", *args)
+    run("mount", *args)
 
 
 def main(argv: list[str]) -> int:
