@@ -24,8 +24,19 @@ class ReportError(ValueError):
     NaN or infinity where a number is shown. The message names the file and the field."""
 
 
-# Columns that name one row of a run's table: no two rows may share them (a file's own name, or any)
-KEYS = {"table1.csv": ("rule", "model", "regime")}
+# The columns that name one row of a run's table, by the file's name: no two rows share them
+KEYS = {
+    "table1.csv": ("rule", "model", "regime"), "fig4_table1.csv": ("rule", "model", "regime"),
+    "fig2.csv": ("label", "repeat"), "fig4.csv": ("label", "repeat"),
+    "table2_lm_points.csv": ("label", "repeat"),
+    "peers.csv": ("decoder", "label"), "ct2.csv": ("decoder", "label"), "peers_all.csv": ("label", "ran_on"),
+    "table3.csv": ("method", "label"), "table4.csv": ("method", "label"), "table5.csv": ("row", "config"),
+    "table2_lm.csv": ("row", "fallback"), "pet.csv": ("label",), "quantized.csv": ("label",),
+    "int8_products.csv": ("matrix", "rows"), "small_models.csv": ("candidate", "max_small_steps"),
+    "small_models_limits.csv": ("candidate", "max_small_steps"), "small_models_profile.csv": ("label",),
+    "throughput.csv": ("batch", "decoder", "batched"), "fig5_best.csv": ("variant", "pick"),
+    "fig7_best.csv": ("curve", "within"), "calls-native-bfloat16.csv": ("model", "engine", "dtype"),
+}  # fmt: skip
 
 
 def read_csv(root: Path, path: str) -> pd.DataFrame:
@@ -71,8 +82,8 @@ def unique(t: pd.DataFrame, path: str) -> None:
         i, j = list(t.index[twice])[:2]
         raise ReportError(f"{path}: rows {i} and {j} are the same row twice (a run appended twice?); "
                           "rerun the command that writes it")  # fmt: skip
-    key = [c for c in KEYS.get(Path(path).name, ()) if c in t.columns]
-    if key and (same := t.duplicated(subset=key, keep=False)).any():
+    key = list(KEYS.get(Path(path).name, ()))
+    if key and set(key) <= set(t.columns) and (same := t.duplicated(subset=key, keep=False)).any():
         i, j = list(t.index[same])[:2]
         raise ReportError(f"{path}: rows {i} and {j} have the same {', '.join(key)}: one run has one row for "
                           "each; rerun the command that writes it")  # fmt: skip
