@@ -2,6 +2,7 @@
 before the student in progress, and a rerun grades everyone (tutorial.autograde, limits.end)."""
 
 import hashlib
+import os
 import signal
 import subprocess
 import sys
@@ -75,3 +76,13 @@ def _state(pid: int) -> str:
         return {"Z": "zombie"}.get(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0], "")
     except OSError:
         return "zombie"  # gone between the two reads
+
+
+def test_sigterm_stops_grading_as_ctrl_c_does():
+    """The same handler takes SIGTERM: the loop sees it (nbgrader would swallow an exception)."""
+    before = signal.getsignal(signal.SIGTERM)
+    with autograde._stoppable() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+    assert stop["signal"] == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before  # the grader's own handling, back after grading
