@@ -61,7 +61,8 @@ def test_a_value_of_the_wrong_kind_everywhere_names_the_files_read(root):
 
 @pytest.mark.parametrize("text, said", [
     ("", "figures/exactness/cost.csv is empty"),
-    ('a,b\n1,2\n"3', "figures/exactness/cost.csv is not a CSV the report can read"),
+    ('a,b\n1,2\n"3', "figures/exactness/cost.csv is truncated: its last line does not end"),
+    ('a,b\n1,2\n"3,4"\n', "figures/exactness/cost.csv: row 1 has 1 fields, its header 2"),
 ])  # fmt: skip
 def test_an_empty_or_cut_csv_is_named(root, text, said):
     (root / "figures" / "exactness" / "cost.csv").write_text(text)

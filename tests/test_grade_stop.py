@@ -40,7 +40,8 @@ def test_ctrl_c_ends_every_kernel_and_a_rerun_grades_the_rest(tmp_path, multi30k
     course.build(built, PARAMS)
     subs = tmp_path / "subs"
     _write(subs, "a-blank", _submission(built))
-    _write(subs, "b-alice", _submission(built, solved=True))
+    (subs / "b-list").mkdir()  # after her: refused at the intake (no kernel: the test stays short)
+    (subs / "b-list" / "tutorial.ipynb").write_text("[]")
     before = hashlib.sha256((built / "gradebook.db").read_bytes()).hexdigest()
     cli = [sys.executable, "-m", "bildlib.notebook.tutorial.autograde", str(subs), "--out", str(built)]
     p = subprocess.Popen([*cli, "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -68,7 +69,9 @@ def test_ctrl_c_ends_every_kernel_and_a_rerun_grades_the_rest(tmp_path, multi30k
     assert not list(built.glob(".grading-*"))  # the scratch course went with the stop
 
     t = autograde.grade(subs, built, timeout=60).set_index("student")
-    assert t["score"].to_dict() == {"a-blank": 0, "b-alice": 5}, t
+    assert t["score"].to_dict() == {"a-blank": 0, "b-list": 0}, t
+    assert t.loc["a-blank", "error"] == "" and "holds a JSON list" in t.loc["b-list", "error"]
+    assert (built / "feedback" / "a-blank" / "tutorial" / "tutorial.html").is_file()
 
 
 def _state(pid: int) -> str:

@@ -39,6 +39,7 @@ OPEN_FILES = 1024
 FILE_BYTES = 256 << 20  # one file the kernel writes (its tmpfs folders are 256 MiB each)
 OUTPUT_BYTES = 4 << 20  # of a notebook's outputs kept by the grader; the rest is dropped, and said so
 CGROUP = Path("/sys/fs/cgroup")
+SANDBOX = "bildlib.notebook.tutorial.sandbox"  # the module a sandbox's first process runs (sandbox.MODULE)
 PARENT = "bildlib-sandbox"
 
 
@@ -134,14 +135,12 @@ def end(grader: int | None = None) -> None:
 
 def _outers(grader: int) -> list[int]:
     """The sandboxes' first processes among this grader's children (unshare, or the module itself)."""
-    from bildlib.notebook.tutorial.sandbox import MODULE
-
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
             ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == grader and MODULE.encode() in (d / "cmdline").read_bytes():
+            if ppid == grader and SANDBOX.encode() in (d / "cmdline").read_bytes():
                 out.append(int(d.name))
     return out

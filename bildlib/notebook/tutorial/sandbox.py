@@ -41,7 +41,7 @@ from pathlib import Path
 from bildlib.notebook.tutorial import limits
 
 NAME = "bildlib-sandbox"
-MODULE = "bildlib.notebook.tutorial.sandbox"  # this module (run with -m, its __name__ is __main__)
+MODULE = limits.SANDBOX  # this module (run with -m, its __name__ is __main__)
 NOBODY = 65534  # the kernel's uid and gid on the host where the grader is root
 ROOT = Path("/dev/shm")  # where the new root is built, in the namespace only (its tmpfs hides the host's)
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
