@@ -25,14 +25,14 @@ def table(root: Path, path: str) -> str:
     c = read_json(root, path.removesuffix(".csv") + "_checks.json")
     rows = []
     for r in t.itertuples():
-        us = f"{1e3 * r.small_ms / r.small_calls:.0f}" if r.small_calls else "–"
-        per = f"{r.large_call_tokens / r.large_calls:.1f}" if r.large_calls else "–"
+        small = f"{r.small_calls:.1f} × {1e3 * r.small_ms / r.small_calls:.0f} µs" if r.small_calls else "–"
+        per = r.large_call_tokens / r.large_calls if r.large_calls else 0
+        large = f"{r.large_calls:.1f} × {per:.1f} tokens" if r.large_calls else "–"
         ms = [f"{x:.2f}" for x in (r.ms, r.small_ms, r.large_ms, r.encoders_ms, r.policy_ms, r.rest_ms)]
-        rows.append([r.decoder, *ms, f"{r.small_calls:.1f} × {us} µs",
-                     f"{r.large_calls:.1f} × {per} tokens", f"{r.outside_pct:.1f} %"])  # fmt: skip
+        rows.append([r.decoder, *ms, small, large, f"{r.outside_pct:.1f} %"])
     head = ["decoder", "ms / sentence", "small", "large", "encoders", "policy", "rest", "small calls",
             "large calls", "outside the models"]  # fmt: skip
-    where = f"{c['device']} ({c['machine']})"
+    where = f"{c['device']} ({c.get('isa', 'ISA not recorded')}; {c['machine']})"
     return (md_table(head, rows) + f"\n\n`{path}`: {where}, {c['threads']} threads, "
             f"{c['dtype']}, {c['engine']} engines; n = {c['n']} sentences of Multi30k {c['split']} after "
             f"{c['warmup']} of warm-up, the decoders interleaved per sentence; code {c['code']}.")

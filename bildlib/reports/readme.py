@@ -78,6 +78,12 @@ def _exactness():
     return exactness
 
 
+def _anatomy():
+    from bildlib.reports import anatomy  # bench.anatomy's CSVs
+
+    return anatomy
+
+
 def _claims():
     from bildlib.analysis import claims  # the paper's claims beside the committed runs
 
@@ -119,6 +125,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "gpu-static": lambda r: _gpu().static_block(r),
     "exactness": lambda r: _exactness().block(r),  # docs/row-invariance.md
     "native-calls": lambda r: _bench().calls_block(r),
+    "anatomy": lambda r: _anatomy().block(r),  # docs/engines-cpu.md
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
     "claims": lambda r: _claims().block(r),  # README
 }  # fmt: skip
