@@ -11,6 +11,7 @@ like a bare namespace folder, which transformers reads as "not installed".
 if __name__ == "bildlib.kernels":
     from .dispatch import (
         HAS_TRITON,
+        argmax,
         attention,
         lut_matvec,
         max_prob,
@@ -24,7 +25,8 @@ if __name__ == "bildlib.kernels":
     )  # fmt: skip
 
     __all__ = [
-        "HAS_TRITON", "attention", "lut_matvec", "max_prob", "mm", "nucleus", "rms_norm", "rollback_distance",
+        "HAS_TRITON", "argmax", "attention", "lut_matvec", "max_prob", "mm", "nucleus", "rms_norm",
+        "rollback_distance",
         "sample", "saturation", "speculative_accept",
     ]  # fmt: skip
 else:  # found as top-level `kernels`: not ours to provide under that name

@@ -12,6 +12,7 @@ except ImportError:
     HAS_TRITON = False
 
 from . import reference as ref
+from .reference import argmax_rows as argmax  # noqa: F401 - numpy's on a CPU, torch's elsewhere
 from .reference import nucleus_ref as nucleus  # noqa: F401 - a sort; no kernel of ours beats torch.sort here
 from .reference import saturation_ref as saturation  # noqa: F401 - one d-long dot product: torch's is enough
 

@@ -3,12 +3,26 @@
 import torch
 
 
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """torch.argmax(x, dim=-1) of logits (k, V): the first maximum of each row, a NaN counting as
+    the maximum. On a CPU, numpy's vectorised argmax gives the same indices in a fraction of the
+    time (torch's reduction with indices takes about 100 µs over a 32k vocabulary at 2 threads,
+    numpy's about 7: AMD EPYC, AVX2): the policy runs it once per token."""
+    if x.device.type != "cpu" or x.dim() != 2 or x.is_complex():
+        return x.argmax(dim=-1)
+    a = x.detach()
+    if a.dtype not in (torch.float32, torch.float64):
+        a = a.float()  # bf16 and half to float32 exactly: the same order, the same ties
+    return torch.from_numpy(a.contiguous().numpy().argmax(-1).astype("int64"))
+
+
 def max_prob_ref(logits: torch.Tensor, margin: bool = False) -> tuple[torch.Tensor, ...]:
     """Max softmax probability and argmax of each row of logits (k, V), without a softmax tensor;
     with margin=True also top1 - top2 probability (CALM's softmax confidence)."""
     x = logits.float()
     lse = torch.logsumexp(x, dim=-1)  # (k,)
-    m, idx = x.max(dim=-1)  # (k,), first maximum on ties like torch.argmax
+    idx = argmax_rows(x)  # (k,), first maximum on ties like torch.argmax
+    m = x.gather(-1, idx.to(x.device).unsqueeze(-1)).squeeze(-1)  # (k,), the maximum itself
     if not margin:
         return torch.exp(m - lse), idx
     top = x.topk(min(2, x.shape[-1]), dim=-1).values  # (k, 2)
@@ -22,7 +36,7 @@ def rollback_distance_ref(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[t
         raise ValueError(f"tokens has shape {tuple(tokens.shape)}, expected {tuple(logits.shape[:-1])}")
     x = logits.float()
     picked = x.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # (k,)
-    return torch.logsumexp(x, dim=-1) - picked, x.argmax(dim=-1)
+    return torch.logsumexp(x, dim=-1) - picked, argmax_rows(x)
 
 
 def sample_ref(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

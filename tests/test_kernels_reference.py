@@ -63,3 +63,26 @@ def test_sample_never_draws_a_masked_token_and_follows_the_distribution():
     frac = (t == 2).float().mean().item()
     assert abs(frac - torch.softmax(x[0], -1)[2].item()) < 0.03
     assert sample(x[:1], torch.tensor([0.999999])).item() == 2  # top end: the last allowed token
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_the_cpu_argmax_is_torchs_on_ties_nans_and_every_shape(dtype):
+    """kernels.argmax (numpy's on a CPU) gives torch.argmax's index everywhere: irregular shapes,
+    ties (the first maximum), -inf rows, NaN (the first NaN wins, as in torch), -0.0 against 0.0,
+    a non-contiguous view; and max_prob's maximum is the row's own value at that index."""
+    from bildlib.kernels import argmax, max_prob
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(k, v, generator=g) for k, v in ((1, 1), (1, 7), (3, 1000), (11, 32128), (17, 33))]
+    ties = torch.randint(0, 3, (5, 64), generator=g).float()  # many ties per row
+    edge = torch.tensor([[float("-inf")] * 4, [0.0, -0.0, 0.0, -1.0], [-0.0, 0.0, -1.0, -2.0],
+                         [1.0, float("nan"), 2.0, float("nan")], [float("nan")] * 4])  # fmt: skip
+    cases += [ties, edge, torch.randn(40, 6, generator=g).t()]  # the last: a transposed view
+    for x in cases:
+        x = x.to(dtype)
+        assert torch.equal(argmax(x), x.argmax(dim=-1)), x
+        p, idx = max_prob(x)
+        assert torch.equal(idx, x.argmax(dim=-1))
+    x = torch.randn(4, 500, generator=g)
+    p, idx = max_prob(x)
+    assert torch.equal(p, torch.exp(x.max(dim=-1).values - torch.logsumexp(x, dim=-1)))  # bit for bit

@@ -63,7 +63,7 @@ class Policy:
     def pick(self, scaled: torch.Tensor) -> torch.Tensor:
         """One token per row (k,) of scaled logits: argmax, or a draw from the nucleus."""
         if self.greedy:
-            return scaled.argmax(dim=-1)  # the first maximum, as kernels.max_prob's index
+            return kernels.argmax(scaled)  # the first maximum, as kernels.max_prob's index
         return kernels.sample(self.filtered(scaled), self.uniforms(scaled.shape[0], scaled.device))
 
     def propose(self, scaled: torch.Tensor) -> tuple[float, int]:
