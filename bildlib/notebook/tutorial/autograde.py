@@ -163,8 +163,12 @@ def _one(out: Path, student: str, src: Path, check, timeout: int, stop: dict) ->
     try:
         shutil.copyfile(out / gradebook.PRISTINE, scratch / gradebook.DB)
         dest = scratch / "submitted" / student / ASSIGNMENT
-        files, _ = intake.tree(src)
-        if bad := intake.copy(src, files, dest) or intake.notebook(next(dest.glob("*.ipynb"))):
+        files, changed = intake.tree(src)  # again: the folder may have changed since submissions()
+        changed = changed or intake.copy(src, files, dest)
+        if changed or len(nbs := list(dest.glob("*.ipynb"))) != 1:
+            _publish(out, student, None, None)
+            return changed or f"{student}'s notebook changed while make grade ran: hand it in again"
+        if bad := intake.notebook(nbs[0]):
             _publish(out, student, None, None)
             return f"not a valid notebook: {bad}"
         if os.geteuid() == 0:  # a tmpfs of 1 MiB: what the kernel may write on the host is its sockets
@@ -182,7 +186,7 @@ def _one(out: Path, student: str, src: Path, check, timeout: int, stop: dict) ->
             limits.end()  # nothing of the kernel's outlives it
         if stop["signal"] is not None:
             raise Stopped(f"stopped by {signal.Signals(stop['signal']).name} while grading {student!r}")
-        return _finish(out, scratch, student, server.results, r, timeout)
+        return _finish(api, out, scratch, student, server.results, r, timeout)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if os.path.ismount(sockets):
@@ -190,17 +194,18 @@ def _one(out: Path, student: str, src: Path, check, timeout: int, stop: dict) ->
         shutil.rmtree(sockets, ignore_errors=True)
 
 
-def _finish(out: Path, scratch: Path, student: str, results: dict, r: dict, timeout: int) -> str:
-    """The scratch course's points, feedback and files into the course; the row's note."""
+def _finish(api, out: Path, scratch: Path, student: str, results: dict, r: dict, timeout: int) -> str:
+    """The scratch course's points, feedback and files into the course; the row's note. api: the
+    nbgrader API on the scratch course that autograded it."""
     pts = gradebook.points(results)
     with gradebook.open_db(scratch / gradebook.DB) as gb:
         gradebook.record(gb, student, pts)
-    if why := gradebook.only(scratch / gradebook.DB, student):
-        raise RuntimeError(why)
+        if why := gradebook.only(gb, student):
+            raise RuntimeError(why)
     note = _errors(scratch, student, results) or _failure(r, timeout)
     if removed := intake.clear(scratch / "autograded" / student / ASSIGNMENT):  # before feedback copies it
         note = "; ".join(filter(None, [note, f"removed from the autograded folder: {', '.join(removed)}"]))
-    execute.api(scratch, timeout, scratch).generate_feedback(ASSIGNMENT, student, force=True)  # from pts
+    api.generate_feedback(ASSIGNMENT, student, force=True)  # HTML, from pts
     _publish(out, student, scratch, pts)
     return note
 

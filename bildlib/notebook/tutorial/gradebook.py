@@ -100,10 +100,9 @@ def merge(course: Path, student: str, pts: dict[int, float] | None) -> None:
                                "as it was")  # fmt: skip
 
 
-def only(scratch_db: Path, student: str) -> str:
+def only(gb, student: str) -> str:
     """Why a scratch course's gradebook holds more than student's own rows ("" when it does not)."""
-    with open_db(scratch_db) as gb:
-        ids = sorted(s.id for s in gb.students)
+    ids = sorted(s.id for s in gb.students)
     return "" if ids == [student] else f"the scratch gradebook holds {ids}, not only {student!r}"
 
 

@@ -74,13 +74,12 @@ def copy(src: Path, files: list[Path], dest: Path) -> str:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(src / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                if why := kind(os.fstat(f.fileno())):
-                    return f"{rel} is {why}"
-                target.write_bytes(f.read(MAX_BYTES + 1))
+            raw, why = read_regular(src / rel)
         except OSError as e:
             return f"{rel} cannot be read ({e.strerror})"
+        if why:
+            return f"{rel} is {why}"
+        target.write_bytes(raw)
     return ""
 
 
@@ -104,6 +103,16 @@ def kind(st: os.stat_result) -> str:
     return ""
 
 
+def read_regular(path: Path) -> tuple[bytes, str]:
+    """(path's bytes, at most MAX_BYTES + 1, "") when it is a regular file kind() takes, opened
+    without following a link and checked once open; (b"", what it is) otherwise. OSError passes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if why := kind(os.fstat(f.fileno())):
+            return b"", why
+        return f.read(MAX_BYTES + 1), ""
+
+
 def notebook(path: Path) -> str:
     """Why path is not a notebook nbgrader can grade, in one line ("" when it is one). Only a
     regular file is opened (never through a link), and nothing here raises."""
@@ -112,11 +121,9 @@ def notebook(path: Path) -> str:
     try:
         if why := kind(os.lstat(path)):
             return f"{path.name} is {why}: hand in the notebook file itself"
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if why := kind(os.fstat(f.fileno())):  # replaced since the lstat
-                return f"{path.name} is {why}"
-            raw = f.read(MAX_BYTES + 1)
+        raw, why = read_regular(path)
+        if why:  # replaced since the lstat
+            return f"{path.name} is {why}"
         doc = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         return _line(f"{path.name} is not notebook JSON: {type(e).__name__}: {e}")

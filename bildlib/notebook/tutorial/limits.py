@@ -17,7 +17,7 @@ grader ends every sandbox it started.
 
 The cgroups live under <hierarchy>/bildlib-sandbox/g<grader pid>/k<kernel pid>: `outer` (the
 kernel's first process, on the host) makes its own and enters it, so everything the kernel starts
-is in it; the grader reads the peak, kills what is left and removes them (`end`).
+is in it; the grader kills what is left and removes them (`end`).
 """
 
 from __future__ import annotations
@@ -95,19 +95,6 @@ def rlimits(nobody: bool, cgroups: list[str]) -> None:
         _soft, hard = resource.getrlimit(r)
         v = v if hard == resource.RLIM_INFINITY else min(v, hard)
         resource.setrlimit(r, (v, v))
-
-
-def peak(grader: int | None = None) -> int | None:
-    """The largest peak memory (bytes) of this grader's kernels' cgroups that still exist, or None."""
-    base = _hierarchies().get("memory")
-    if base is None:
-        return None
-    out = None
-    for g in _group(base, grader or os.getpid()).glob("k*"):
-        for name in ("memory.peak", "memory.max_usage_in_bytes"):
-            with contextlib.suppress(OSError, ValueError):
-                out = max(out or 0, int((g / name).read_text().split()[0]))
-    return out
 
 
 def end(grader: int | None = None) -> None:
