@@ -45,9 +45,9 @@ def read_csv(root: Path, path: str) -> pd.DataFrame:
     f = root / path
     if not f.is_file():
         raise FileNotFoundError(f"{path}: the report needs it; its notebook writes it (make figures)")
-    whole(f, path)
+    raw = whole(f, path)
     try:
-        t = pd.read_csv(f)
+        t = pd.read_csv(io.BytesIO(raw))  # the bytes whole() checked: the file is read once
     except pd.errors.EmptyDataError:
         raise ReportError(f"{path} is empty (no header, no rows); rerun the command that writes it") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:  # the parser's message names the line
@@ -59,9 +59,10 @@ def read_csv(root: Path, path: str) -> pd.DataFrame:
     return t
 
 
-def whole(f: Path, path: str) -> None:
-    """A CSV cut short (its last line unended, a row with fewer fields than the header): a ReportError
-    that says truncated, before a field read from the cut row is blamed on something else."""
+def whole(f: Path, path: str) -> bytes:
+    """f's bytes, once it is not a CSV cut short (its last line unended, a row with fewer fields than
+    the header): a ReportError that says truncated, before a field read from the cut row is blamed
+    on something else."""
     raw = f.read_bytes()
     if raw and not raw.endswith(b"\n"):
         raise ReportError(f"{path} is truncated: its last line does not end (a write cut short?); rerun the "
@@ -74,6 +75,7 @@ def whole(f: Path, path: str) -> None:
                 cut = " (truncated or damaged)" if len(r) < width else ""
                 raise ReportError(f"{path}: row {i} has {len(r)} fields, its header {width}{cut}; rerun the "
                                   "command that writes it")  # fmt: skip
+    return raw
 
 
 def unique(t: pd.DataFrame, path: str) -> None:
