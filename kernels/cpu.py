@@ -61,12 +61,20 @@ def name() -> str:
     """The module's name: the instruction set, and a hash of the source, torch's version and the flags."""
     cap = capability()
     what = " ".join([torch.__version__, *FLAGS, *ISA.get(cap, [])])  # a built library fits one torch
-    h = hashlib.sha256(SOURCE.read_bytes() + what.encode()).hexdigest()[:12]
+    code = b"".join(f.read_bytes() for f in sources())
+    h = hashlib.sha256(code + what.encode()).hexdigest()[:12]
     return f"bild_cpu_t5_{cap.lower()}_{h}"
 
 
+def sources() -> list[Path]:
+    """The C++ the module is built from: cpu_t5.cpp and the headers beside it that it includes
+    (cpu_policy.h, the policy's reductions; cpu_draft.h, the small model's run)."""
+    return [SOURCE, *sorted(SOURCE.parent.glob("cpu_*.h"))]
+
+
 def load():
-    """The built module (norm, attend, cross, attend_cached), or None where it cannot be built (why())."""
+    """The built module (norm, attend, cross, attend_cached; max_prob, rollback_distance; Plan, the
+    small model's run), or None where it cannot be built (why())."""
     with _lock:
         if "mod" not in _state:
             _state["mod"], _state["why"], _state["seconds"] = _build()

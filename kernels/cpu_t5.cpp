@@ -285,10 +285,22 @@ torch::Tensor cross(torch::Tensor x, torch::Tensor A, torch::Tensor B, c10::opti
   return y;
 }
 
+#include "cpu_draft.h"  // after the pieces: the small model's run calls them (and cpu_policy.h)
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm", &norm, "T5's RMS norm of each row of x (k, d)");
   m.def("attend", &attend, "causal self-attention of k new tokens, written into the cache");
   m.def("cross", &cross, "x + the folded cross-attention over a source");
   m.def("attend_cached", &attend_cached,
         "causal self-attention of k new tokens over a cache holding their keys and values");
+  m.def("max_prob", &max_prob, "(max probability, first argmax) of each row of logits (k, V)");
+  m.def("rollback_distance", &rollback_distance, "(-log p(tokens), first argmax) of each row of logits");
+  pybind11::class_<draft::Plan>(m, "Plan", pybind11::module_local())  // a second build in one process
+      .def(pybind11::init<at::Tensor, at::Tensor, double, double, bool, int64_t, int64_t, int64_t,
+                          std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<draft::ProductSpec>,
+                          std::vector<draft::ProductSpec>, std::vector<draft::ProductSpec>,
+                          std::vector<draft::ProductSpec>, std::vector<draft::ProductSpec>, draft::ProductSpec>())
+      .def("source", &draft::Plan::source, "the folded cross-attention (A, B, mask) of each layer")
+      .def("forward", &draft::Plan::forward, "logits (k, V) of k tokens at [pos, pos + k)")
+      .def("run", &draft::Plan::run, "the small model's run: (tokens kept, max probabilities, stop, each step's seconds)");
 }

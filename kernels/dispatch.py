@@ -22,12 +22,28 @@ def _triton(*xs: torch.Tensor) -> bool:
     return HAS_TRITON and all(x.is_cuda for x in xs)
 
 
+def _native(x: torch.Tensor):
+    """The native engine's built module (bildlib.kernels.cpu) for logits x on a CPU in float32 or
+    bf16, else None: its policy reductions (cpu_policy.h) are the ones the native draft loop runs,
+    so bild()'s Python loop and the C++ one read the same confidence bits. Where nothing builds,
+    the torch reference (and no native engine either)."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or x.dim() != 2:
+        return None
+    if not x.shape[1]:
+        return None
+    from . import cpu
+
+    return cpu.load()
+
+
 def max_prob(logits: torch.Tensor, margin: bool = False):
     """(max softmax probability (k,), argmax (k,)) of logits (k, V); with margin=True also
     top1 - top2 probability (k,), CALM's softmax confidence, from the same pass."""
     if _triton(logits):
         p, idx, m = triton_policy.max_prob(logits)
         return (p, idx, m) if margin else (p, idx)
+    if not margin and (mod := _native(logits)) is not None:
+        return mod.max_prob(logits.detach().contiguous())
     return ref.max_prob_ref(logits, margin)
 
 
@@ -35,6 +51,8 @@ def rollback_distance(logits: torch.Tensor, tokens: torch.Tensor):
     """(-log p(tokens) (k,), argmax (k,)) per row of logits (k, V): BiLD's rollback distance."""
     if _triton(logits, tokens):
         return triton_policy.rollback_distance(logits, tokens)
+    if (mod := _native(logits)) is not None and logits.shape[:-1] == tokens.shape:
+        return mod.rollback_distance(logits.detach().contiguous(), tokens.long().cpu())
     return ref.rollback_distance_ref(logits, tokens)
 
 

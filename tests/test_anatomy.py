@@ -19,7 +19,10 @@ def test_the_parts_add_up_and_the_counts_are_the_traces(multi30k_dir):
     assert t.loc["vanilla large", "small_calls"] == 0 and t.loc["vanilla large", "small_ms"] == 0
     assert t.loc["vanilla small", "large_calls"] == 0 and t.loc["vanilla small", "large_ms"] == 0
     bild = t.loc["BiLD α_FB 0.4, α_RB 1.0"]
-    assert bild["small_calls"] > 0 and bild["large_calls"] > 0 and bild["policy_calls"] > bild["small_calls"]
+    # the small model's confidence and token: in its native run (in "small"), else timed here
+    native = t["engine"].iloc[0].startswith("native")
+    assert bild["small_calls"] > 0 and bild["large_calls"] > 0
+    assert bild["policy_calls"] > (0 if native else bild["small_calls"])
     assert (t["encoders_ms"] > 0).all()  # each decoder's source encoded once per model it ran
 
 

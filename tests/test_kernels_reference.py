@@ -84,5 +84,6 @@ def test_the_cpu_argmax_is_torchs_on_ties_nans_and_every_shape(dtype):
         p, idx = max_prob(x)
         assert torch.equal(idx, x.argmax(dim=-1))
     x = torch.randn(4, 500, generator=g)
-    p, idx = max_prob(x)
-    assert torch.equal(p, torch.exp(x.max(dim=-1).values - torch.logsumexp(x, dim=-1)))  # bit for bit
+    p, idx = max_prob(x)  # the C++ reduction where the native engine builds (tests/test_draft.py)
+    ref = torch.exp(x.max(dim=-1).values - torch.logsumexp(x, dim=-1))
+    torch.testing.assert_close(p, ref, rtol=1e-5, atol=0)

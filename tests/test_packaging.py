@@ -106,6 +106,7 @@ def test_the_wheel_holds_every_subpackage_and_its_data(wheel_venv):
         assert f"{pkg}/__init__.py" in names, f"the wheel lacks {pkg}"
     assert "bildlib/kernels/triton_policy.py" in names and not any(n.startswith("kernels/") for n in names)
     for f in ("bildlib/experiments/paper/shapes.json", "bildlib/kernels/cpu_t5.cpp",
+              "bildlib/kernels/cpu_draft.h", "bildlib/kernels/cpu_policy.h",
               "bildlib/notebook/jupyter_config/labconfig/page_config.json"):
         assert f in names, f"the wheel lacks {f}"
     assert len(packages) >= 10  # found, not listed

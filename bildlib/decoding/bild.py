@@ -10,6 +10,7 @@ import torch
 
 from bildlib import kernels
 from bildlib.decoding.common import check_count, check_threshold, finished
+from bildlib.decoding.draft import small_run
 from bildlib.decoding.policy import Policy, Sampling
 from bildlib.decoding.trace import Trace
 from bildlib.models import rowinv
@@ -164,11 +165,9 @@ def bild(
     while True:
         done = not large_next and finished(seq, small.eos, s.max_new_tokens)  # "while y[-1] != EOS"
         if not (done or large_next) and run < s.limit:  # at most s.limit small tokens in a row
-            p, y = pol.propose(pol.scaled(tr.call("S", small, seq)[-1:]))  # "p_S <- SmallModel(y)"
-            tr.drafted += 1
-            if s.fallback is None or p >= s.fallback:  # "if max p_S > α_FB": keep the small token
-                tr.emit(seq, y, "S")
-                run, low = run + 1, min(low, p)
+            n, low, fell = small_run(tr, pol, small, seq, s, run, low)  # "while max p_S > α_FB: SmallModel"
+            run += n
+            if not fell:  # at the limit, EOS or max_new_tokens: the tests above decide
                 continue
             tr.fallbacks += 1  # "else: fallback": the token is dropped, the large model takes over
         elif done and (run == 0 or not s.checks_end(low)):

@@ -75,6 +75,13 @@ class Trace:
             self.large_call_tokens.append(tokens)
             self.large_times.append(seconds)
 
+    def record_run(self, seconds: float, steps: list[float]) -> None:
+        """Count a small model's native run (decoding.draft) that took `seconds`, as its model
+        steps, each timed in C++ (`steps`): one small call each, as the Python loop counts them;
+        the run's time around its steps (the call into C++, its arguments) goes to the first."""
+        self.small_calls += len(steps)
+        self.small_times += [steps[0] + max(0.0, seconds - sum(steps)), *steps[1:]]
+
     def emit(self, seq: list[int], token, who: str) -> None:
         """Append token (an int or a one-element tensor) to seq, written by who ("S" or "L")."""
         seq.append(int(token))

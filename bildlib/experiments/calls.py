@@ -23,9 +23,11 @@ from bildlib.experiments.config import Config
 @contextmanager
 def recording(models: dict):
     """Record every forward of the LMs in `models` (name -> LM) into the yielded list, as dicts
-    (model, k, past, source, first). The LMs' start and forward are wrapped on the instances
-    and restored on exit."""
+    (model, k, past, source, first), a native small-model run as its steps. The LMs' start,
+    forward and draft are wrapped on the instances and restored on exit."""
     calls: list[dict] = []
+    wrapped = ("start", "forward", "draft")
+    kept = [{n: vars(m)[n] for n in wrapped if n in vars(m)} for m in models.values()]  # an instance's own
     for name, m in models.items():
         st = {"source": 0, "first": True}
 
@@ -38,12 +40,21 @@ def recording(models: dict):
             st["first"] = False
             return inner(tokens)
 
-        m.start, m.forward = start, forward
+        def draft(seq, run, m=m, st=st, name=name, inner=m.draft):  # a native run: one record per step
+            k, past = len(seq) - len(m.ids), len(m.ids)
+            out = inner(seq, run)
+            for _ in range(out.steps if out is not None else 0):
+                calls.append({"model": name, "k": k, "past": past} | st)
+                st["first"], past, k = False, past + k, 1
+            return out
+
+        m.start, m.forward, m.draft = start, forward, draft
     try:
         yield calls
     finally:
-        for m in models.values():
-            del m.start, m.forward  # the class's methods again
+        for m, own in zip(models.values(), kept, strict=True):
+            del m.start, m.forward, m.draft  # the class's methods again, or what the instance had
+            vars(m).update(own)
 
 
 def calls_of(preset: str, config: Config, models, rows: pd.DataFrame) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 forward with its DynamicCache (the reference, and the path for every architecture); "lean" is
 models.lean_t5 / models.lean_causal on the same weights; "native" (on a CPU) is a lean engine with
 pieces between its weight products as C++ calls (bildlib.kernels.cpu: T5's norms, self- and
-cross-attention; the decoder-only models' self-attention), built once per machine. "auto" (the
+cross-attention, models.native.NativeT5, with the small model's run as one C++ call; the
+decoder-only models' self-attention), built once per machine. "auto" (the
 default) is native where it runs (a lean architecture on a CPU where the C++ builds), else lean
 where the architecture is supported, else hf with a logged note. "static" (T5 and mT5) is models.static_t5:
 fixed shapes, one CUDA graph per call length and row-invariant Triton kernels on a GPU.
@@ -21,8 +22,9 @@ from transformers import DynamicCache, EncoderDecoderCache
 from bildlib.kernels import cpu
 from bildlib.models.layout import column_major
 from bildlib.models.lean_causal import LeanGPT2, LeanLlama
-from bildlib.models.lean_common import UnsupportedArchitectureError
+from bildlib.models.lean_common import UnsupportedArchitectureError, native_pieces
 from bildlib.models.lean_t5 import LeanT5
+from bildlib.models.native import NativeT5
 from bildlib.models.static_t5 import StaticT5
 
 ENGINES = ("auto", "lean", "native", "hf", "static")
@@ -123,12 +125,14 @@ def make(model, engine: str = "auto", name: str = "model"):
                                            f"{model.device.type}; use engine='lean' or 'hf'")
     if why is None:
         column_major(model)  # CPU float32: faster one-row products (layout.column_major)
+        cls = LEAN[model.config.model_type]
         if native:
-            impl = LEAN[model.config.model_type](model, native=True)
-            if impl.cpp is None and engine == "native":
+            cpp = native_pieces(model)
+            if cpp is None and engine == "native":
                 raise RuntimeError(f"{name}: engine='native': {cpu.why()}")
-            return impl  # lean where the C++ could not be built (cpu.load logged why)
-        return LEAN[model.config.model_type](model)
+            if cpp is not None:
+                return NativeT5(model, cpp) if cls is LeanT5 else cls(model, native=True)
+        return cls(model)  # lean, also where the C++ could not be built (cpu.load logged why)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")
     log.info("%s: the lean engine does not support %s; using engine='hf'", name, why)

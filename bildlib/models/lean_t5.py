@@ -18,8 +18,8 @@ what each choice below saves.
   decoder call's cross-attention is two products with these small matrices and a softmax,
   instead of two weight products, two bmm and the casts around them. P is S rounded up to a
   multiple of 4 (the padding masked): rows_mm keeps a row's bits only for such widths.
-- native=True (engine "native"): the norms, self-attention and cross-attention as C++ calls
-  (bildlib.kernels.cpu), row-invariant by construction; the products as above.
+- Engine "native" is models.native.NativeT5, this engine with the norms, self-attention and
+  cross-attention as C++ calls (bildlib.kernels.cpu), and the small model's run as one.
 
 The decoder's op families (OPS) can each run one row at a time (`set_rows`), where the load-time
 whole-call check (models.wholecall) finds that a k-token call keeps no one-token call's bits.
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from bildlib.models.layout import fuse
-from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, native_pieces, per_row, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, per_row, rms
 from bildlib.models.linear import linear, rows_mm
 from bildlib.models.wholecall import EachRow, op
 
@@ -50,7 +50,7 @@ class LeanT5:
     # in the order it tries them; "call": a k-token call as k one-token calls
     OPS = ("norm", "cross", "act", "attention", "products", "call")
 
-    def __init__(self, model, native: bool = False):
+    def __init__(self, model, cpp=None):
         c = model.config
         self.model, self.eps, self.dtype = model, c.layer_norm_epsilon, model.dtype
         self.H, self.dh, self.d = c.num_heads, c.d_kv, c.d_model
@@ -81,10 +81,8 @@ class LeanT5:
         # each decoder layer's products and the head's as chosen (models.linear), unswitched
         self.plain = [{n: p for n, p in w.items() if n.endswith("_l")} for w in self.dec]
         self.plain_lm = self.lm_l
-        # engine "native": the pieces between products as C++ calls (bildlib.kernels.cpu), on a CPU
-        self.cpp = native_pieces(model) if native else None
-        self.engine = "native" if self.cpp is not None else "lean"
-        self.eps_dn, self.fast = self.d * self.eps, False  # the C++ norms' d eps; fast: set_rows
+        # cpp: bildlib.kernels.cpu's module where models.native.NativeT5 runs the pieces between products
+        self.cpp, self.engine = cpp, "lean" if cpp is None else "native"
         self.set_rows(())
 
     def set_rows(self, ops) -> None:
@@ -98,7 +96,6 @@ class LeanT5:
         for w, plain in zip(self.dec, self.plain, strict=True):
             w.update({n: wrap(p) for n, p in plain.items()})
         self.lm_l = wrap(self.plain_lm)
-        self.fast = self.cpp is not None and not self.rows and not self.gated and self.act is F.relu
 
     # -- the source ---------------------------------------------------------------------------
     def begin(self, src: torch.Tensor) -> None:
@@ -134,25 +131,15 @@ class LeanT5:
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
         """Decoder layer i on x (k, d) at positions [pos, pos + k): self-attention over the cache
         (written here), cross-attention, feed-forward."""
-        k = x.shape[0]
+        self.room(pos, x.shape[0])
+        return self._block(x, self.dec[i], self._bias, i, pos)
+
+    def room(self, pos: int, k: int) -> None:
+        """The cache and the bias table hold positions [0, pos + k); _bias: the call's rows."""
         if self._at != (pos, k):  # every layer of a call reads the same rows of the bias
             self._grow(pos + k)
             self.kv.room(pos + k)
             self._at, self._bias = (pos, k), self.bias[:, pos : pos + k, : pos + k]
-        if self.fast:
-            return self._layer_native(i, x, pos)
-        return self._block(x, self.dec[i], self._bias, i, pos)
-
-    def _layer_native(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
-        """_block's calls on the native engine with no op family switched and a relu feed-forward,
-        in as few Python steps: norm, qkv, attention (writing the cache), x + a o, x + cross, norm,
-        relu(h wi), x + h wo. The cache and bias table have room (layer())."""
-        w, cpp, eps = self.dec[i], self.cpp, self.eps_dn
-        qkv = w["qkv_l"](cpp.norm(x, w["ln0_n"], eps))  # (k, 3 H dh)
-        x = w["o_l"].add(cpp.attend(qkv, self.kv.kv[i], self.bias, self.H, pos), x)
-        A, B, mask = self.cross[i]
-        x = cpp.cross(x, A, B, mask, self.H, eps)
-        return w["wo_l"].add(w["wi_l"].relu(cpp.norm(x, w["lnf_n"], eps)), x)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         if self.f32:
@@ -187,8 +174,6 @@ class LeanT5:
         """T5's RMS norm. float32: x * rsqrt(|x|^2 + d eps) * (w sqrt(d)), five operators where
         F.rms_norm runs a dozen (within 1e-6 of it). Half precision: w * round(x * rsqrt(|x|^2 / d
         + eps)) with the rsqrt in float32, rounded where HF's T5LayerNorm rounds."""
-        if self.cpp is not None:  # the same formulas, one C++ call (its sums in its own order)
-            return self.cpp.norm(x, w, self.eps_dn)
         if self.f32:
             n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)  # (k, 1)
             return torch.mul(x, torch.addcmul(self.eps_d, n, n).rsqrt_()).mul_(w)
@@ -204,18 +189,21 @@ class LeanT5:
         h_qkv = w["qkv_l"](op(rows, "norm", self._norm, x, w["ln0_n"]))  # (k, 3 H dh)
         qkv = h_qkv.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         if i is None:  # the encoder, once per source
-            a = attend(qkv[0], qkv[1], qkv[2], bias)
+            a = attend(qkv[0], qkv[1], qkv[2], bias).transpose(0, 1).reshape(k, H * dh)
         else:  # write this call's keys and values, attend to the whole prefix
-            # prefix in half precision only: there one row alone is a slow bmm (an addmm per head),
-            # in float32 a fast one, cheaper than prefix's ops at a one-token step (attend_causal)
-            if self.cpp is not None:  # writes the cache, each row over exactly its keys; (k, H dh)
-                a = self._attend_native(h_qkv, i, pos, "attention" in rows)
-                return self._rest(w["o_l"].add(a, x), w, rows, i)
-            kv = self.kv.put2(i, qkv[1:], pos)  # writes this call's keys and values; (H, pos + k, dh) each
-            a = (per_row(qkv[0], *kv, bias) if "attention" in rows else
-                 attend_causal(qkv[0], *kv, bias, prefix=not self.f32))  # (H, k, dh)
-        x = w["o_l"].add(a.transpose(0, 1).reshape(k, H * dh), x)  # x + a o
+            a = self._attend_self(h_qkv, qkv, bias, i, pos, "attention" in rows)
+        x = w["o_l"].add(a, x)  # x + a o
         return self._rest(x, w, rows, i)
+
+    def _attend_self(self, h_qkv, qkv, bias, i: int, pos: int, each_row: bool) -> torch.Tensor:
+        """Decoder layer i's self-attention (k, H dh) of the call's qkv (3, H, k, dh) at [pos, pos
+        + k), writing its keys and values. The prefix path in half precision only: there one row
+        alone is a slow bmm (an addmm per head), in float32 a fast one, cheaper than prefix's ops at
+        a one-token step (attend_causal)."""
+        k = qkv.shape[2]
+        kv = self.kv.put2(i, qkv[1:], pos)  # writes this call's keys and values; (H, pos + k, dh) each
+        a = per_row(qkv[0], *kv, bias) if each_row else attend_causal(qkv[0], *kv, bias, prefix=not self.f32)
+        return a.transpose(0, 1).reshape(k, self.H * self.dh)  # (H, k, dh) -> (k, H dh)
 
     def _rest(self, x, w, rows, i: int | None) -> torch.Tensor:
         """A block after its self-attention: cross-attention (decoder), the feed-forward."""
@@ -235,21 +223,11 @@ class LeanT5:
         weight (folded into A, with sqrt(d)), scores h A (k, H, S), output p B (module docstring);
         one row at a time (rows_mm), so a row's bits do not depend on the call's length."""
         A, B, mask = self.cross[i]
-        if self.cpp is not None:
-            return self.cpp.cross(x, A, B, mask, self.H, self.eps_dn)
         k, xf = x.shape[0], x.float()
         n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
         h = torch.mul(xf, torch.addcmul(self.eps_d, n, n).rsqrt_())  # (k, d), |h| = 1
         p = torch.softmax(rows_mm(h, A, mask).view(k, self.H, -1), -1)  # (k, H, P), 0 at the padding
         return rows_mm(p.view(k, -1), B, xf).to(x.dtype)
-
-    def _attend_native(self, qkv: torch.Tensor, i: int, pos: int, each_row: bool) -> torch.Tensor:
-        """Self-attention of qkv's k rows (k, 3 H dh) at [pos, pos + k) in one C++ call (one per
-        row: "attention" switched), writing layer i's cache (2, H, T, dh; room made in layer())."""
-        f, cache, H = self.cpp.attend, self.kv.kv[i], self.H
-        if each_row:
-            return torch.cat([f(qkv[j : j + 1], cache, self.bias, H, pos + j) for j in range(len(qkv))])
-        return f(qkv, cache, self.bias, H, pos)  # (k, H dh)
 
     def _grow(self, n: int) -> None:
         """The bias table covers n positions (doubling, so a long output rebuilds it rarely)."""

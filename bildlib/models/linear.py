@@ -154,6 +154,7 @@ def _rows_bmm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None)
 
 
 _ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device, rowinv.FIRST_ONLY, threads) -> its path
+ROWS_PATH: dict[tuple, str] = {}  # the same keys -> the path's name (rowinv.paths; models.native.plan)
 
 
 def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
@@ -178,7 +179,9 @@ def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
     def check(f) -> bool:
         return not any(rowinv.probe(over(f), x.shape[1], t.dtype, t.device, x0=x) for over, x in cases)
 
-    return rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check, key[3])[1]
+    name, f = rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check, key[3])
+    ROWS_PATH[key] = name
+    return f
 
 
 class Packed:

@@ -108,6 +108,23 @@ class LM:
         self.ids += tokens
         return logits if logits.shape[1] == self.width else logits[:, : self.width]  # (k, V)
 
+    @torch.inference_mode()
+    def draft(self, seq: list[int], run):
+        """The small model's run (models.native.plan.Run) from seq, whose first len(ids) tokens
+        the cache holds, as one engine call where the engine has one (models.native.NativeT5);
+        returns its plan.Drafted, the tokens kept (not yet in seq), or None: the caller's loop
+        runs (decoding.draft). The cache then holds every token a step ran."""
+        f = getattr(self.impl, "draft", None)
+        if f is None:
+            return None
+        if self._source is not None or self.source is None:
+            self.begin()
+        tokens = seq[len(self.ids) :]
+        out = f(tokens, len(self.ids), self.width, run)
+        if out is not None:  # step 1 ran tokens, step j > 1 the token step j - 1 wrote
+            self.ids += tokens + out.tokens[: out.steps - 1]
+        return out
+
     def crop(self, n: int) -> None:
         if not 0 <= n <= len(self.ids):
             raise ValueError(f"{self.name}: cannot crop to {n} tokens, the cache holds {len(self.ids)}")
