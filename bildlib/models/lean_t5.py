@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from bildlib.models.layout import fuse
-from bildlib.models.lean_common import Buffers, act_fn, attend, attend_causal, per_row, rms
+from bildlib.models.lean_common import Buffers, act_fn, attend_causal, attend_once, per_row, rms
 from bildlib.models.linear import linear, rows_mm
 from bildlib.models.wholecall import EachRow, op
 
@@ -189,7 +189,7 @@ class LeanT5:
         h_qkv = w["qkv_l"](op(rows, "norm", self._norm, x, w["ln0_n"]))  # (k, 3 H dh)
         qkv = h_qkv.view(k, 3, H, dh).permute(1, 2, 0, 3)  # (3, H, k, dh)
         if i is None:  # the encoder, once per source
-            a = attend(qkv[0], qkv[1], qkv[2], bias).transpose(0, 1).reshape(k, H * dh)
+            a = attend_once(qkv[0], qkv[1], qkv[2], bias).transpose(0, 1).reshape(k, H * dh)
         else:  # write this call's keys and values, attend to the whole prefix
             a = self._attend_self(h_qkv, qkv, bias, i, pos, "attention" in rows)
         x = w["o_l"].add(a, x)  # x + a o
