@@ -60,13 +60,9 @@ struct Row {
   float lse;    // log sum_j exp(x_j)
 };
 
-inline float wide(float v) { return v; }
-inline float wide(uint16_t v) {
-  uint32_t u = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// a bf16 (uint16_t) or float value as float: cpu_t5.cpp's widen, which includes this header after it
+template <typename T>
+inline float wide(T v) { return widen(v); }
 __attribute__((always_inline)) inline vf load(const float* p) {
   vf v;
   std::memcpy(&v, p, sizeof v);
