@@ -81,6 +81,11 @@ def load():
         return _state["mod"]
 
 
+def loaded():
+    """The module if load() built or imported it in this process, else None; never builds."""
+    return _state.get("mod")
+
+
 def why() -> str | None:
     """Why load() gave None (None when it built or was not tried)."""
     return _state.get("why")

@@ -23,17 +23,18 @@ def _triton(*xs: torch.Tensor) -> bool:
 
 
 def _native(x: torch.Tensor):
-    """The native engine's built module (bildlib.kernels.cpu) for logits x on a CPU in float32 or
-    bf16, else None: its policy reductions (cpu_policy.h) are the ones the native draft loop runs,
-    so bild()'s Python loop and the C++ one read the same confidence bits. Where nothing builds,
-    the torch reference (and no native engine either)."""
+    """The native engine's module (bildlib.kernels.cpu) for logits x on a CPU in float32 or bf16,
+    where a native engine loaded it in this process, else None (the torch reference): its policy
+    reductions (cpu_policy.h) are the ones the native draft loop runs, so bild()'s Python loop and
+    the C++ one read the same confidence bits. Never a build: a process with no native engine (a
+    grading sandbox, the lean or hf engine alone) keeps torch's reductions."""
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or x.dim() != 2:
         return None
     if not x.shape[1]:
         return None
     from . import cpu
 
-    return cpu.load()
+    return cpu.loaded()
 
 
 def max_prob(logits: torch.Tensor, margin: bool = False):

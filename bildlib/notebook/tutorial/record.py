@@ -44,6 +44,10 @@ class Recorded:
         self._log.append(("forward", self._who, seq, t0, t1, p.tolist(), y.tolist(), len(tokens)))
         return logits
 
+    def draft(self, seq, run):
+        """No native run (decoding.draft): the Python loop runs, so every call is logged here."""
+        return None
+
     def crop(self, n: int) -> None:
         self._log.append(("crop", self._who, n))
         self._m.crop(n)

@@ -220,6 +220,7 @@ class Proxy:
     """A grader's object lent to the submission (a model, a function)."""
 
     __slots__ = ("_peer", "_ref", "_kind")
+    draft = None  # no native run for a lent model: decoding.draft's loop calls its forward
 
     def __init__(self, peer: Peer, ref: int, kind: str | None):
         for k, v in (("_peer", peer), ("_ref", ref), ("_kind", kind)):
