@@ -117,8 +117,7 @@ class LM:
         f = getattr(self.impl, "draft", None)
         if f is None:
             return None
-        if self._source is not None or self.source is None:
-            self.begin()
+        self.begin()  # encodes a pending source; refuses before start()
         tokens = seq[len(self.ids) :]
         out = f(tokens, len(self.ids), self.width, run)
         if out is not None:  # step 1 ran tokens, step j > 1 the token step j - 1 wrote
