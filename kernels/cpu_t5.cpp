@@ -24,6 +24,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
+
+#include "cpu_gemm.h"
 
 namespace {
 
@@ -146,30 +149,25 @@ void attend_t5(const T* qkv, T* cache, int64_t cap, const T* bias, int64_t tb, T
 
 // x + cross-attention over a folded source (lean_t5.LeanT5.begin), in float32: h = x / |x|
 // (the norm's weight and sqrt(d) are in A), scores h A (+ mask), a softmax per head over P keys,
-// then p B + x, rounded once to T.
+// then p B + x, rounded once to T. A^T and B^T come packed (cpu_gemm.h: one sum per output in
+// index order), so the k rows read them once and each row's bits are its own.
 template <typename T>
 void cross_rows(const T* x, const float* A, const float* B, const float* mask, T* y, int64_t k,
                 int64_t d, int64_t H, int64_t P, float eps_d) {
   const int64_t hp = H * P;
-  at::parallel_for(0, k, 2, [&](int64_t r0, int64_t r1) {  // each row whole on one thread
-  std::vector<float> hv(d), sv(hp), ov(d);
-  float* __restrict__ h = hv.data();
-  float* __restrict__ s = sv.data();
-  float* __restrict__ o = ov.data();
-  for (int64_t r = r0; r < r1; ++r) {
+  std::vector<float> h(k * d), xf(k * d), s(k * hp), o(k * d);
+  for (int64_t r = 0; r < k; ++r) {
     const T* xr = x + r * d;
-    float inv = 1.0f / std::sqrt(sumsq(xr, d) + eps_d);
-    for (int64_t i = 0; i < d; ++i) h[i] = widen(xr[i]) * inv;
-    for (int64_t c = 0; c < hp; ++c) s[c] = 0.0f;
-    for (int64_t i = 0; i < d; ++i) {  // s[c] summed over i in order, vectorised over c
-      const float hi = h[i];
-      const float* __restrict__ a = A + i * hp;
-      for (int64_t c = 0; c < hp; ++c) s[c] += hi * a[c];
+    const float inv = 1.0f / std::sqrt(sumsq(xr, d) + eps_d);
+    for (int64_t i = 0; i < d; ++i) {
+      xf[r * d + i] = widen(xr[i]);
+      h[r * d + i] = xf[r * d + i] * inv;
     }
-    if (mask)
-      for (int64_t c = 0; c < hp; ++c) s[c] += mask[c];
+  }
+  gemm::rows(h.data(), k, d, A, hp, mask, 0, false, s.data());
+  for (int64_t r = 0; r < k; ++r)
     for (int64_t g = 0; g < H; ++g) {  // softmax over each head's P keys
-      float* sg = s + g * P;
+      float* sg = s.data() + r * hp + g * P;
       float m = -INFINITY, den = 0.0f;
       for (int64_t j = 0; j < P; ++j) m = sg[j] > m ? sg[j] : m;
       for (int64_t j = 0; j < P; ++j) {
@@ -178,16 +176,8 @@ void cross_rows(const T* x, const float* A, const float* B, const float* mask, T
       }
       for (int64_t j = 0; j < P; ++j) sg[j] /= den;
     }
-    for (int64_t c = 0; c < d; ++c) o[c] = 0.0f;
-    for (int64_t j = 0; j < hp; ++j) {
-      const float p = s[j];
-      const float* __restrict__ b = B + j * d;
-      for (int64_t c = 0; c < d; ++c) o[c] += p * b[c];
-    }
-    T* yr = y + r * d;
-    for (int64_t c = 0; c < d; ++c) store(yr + c, o[c] + widen(xr[c]));
-  }
-  });
+  gemm::rows(s.data(), k, hp, B, d, xf.data(), d, false, o.data());
+  for (int64_t i = 0; i < k * d; ++i) store(y + i, o[i]);
 }
 
 void check(const torch::Tensor& t, const char* name, int64_t dims) {
@@ -263,12 +253,14 @@ torch::Tensor attend_cached(torch::Tensor q, torch::Tensor cache, int64_t heads,
 torch::Tensor cross(torch::Tensor x, torch::Tensor A, torch::Tensor B, c10::optional<torch::Tensor> mask,
                     int64_t heads, double eps_d) {
   check(x, "x", 2);
-  check(A, "A", 2);
-  check(B, "B", 2);
-  const int64_t d = x.size(1), hp = A.size(1);
+  check(A, "A", 3);
+  check(B, "B", 3);
+  const int64_t d = x.size(1), hp = B.size(1), nb = gemm::NB;
   TORCH_CHECK(A.scalar_type() == torch::kFloat && B.scalar_type() == torch::kFloat, "A, B: float32");
-  TORCH_CHECK(A.size(0) == d && B.size(0) == hp && B.size(1) == d && hp % heads == 0,
-              "A (d, H P), B (H P, d) for x (k, d): ", A.sizes(), " ", B.sizes(), " ", x.sizes());
+  TORCH_CHECK(A.size(1) == d && A.size(2) == nb && A.size(0) == (hp + nb - 1) / nb && B.size(2) == nb &&
+                  B.size(0) == (d + nb - 1) / nb && hp % heads == 0,
+              "A and B packed (pack(A^T): (ceil(H P / 32), d, 32); pack(B^T): (ceil(d / 32), H P, 32)) for x (k, d): ",
+              A.sizes(), " ", B.sizes(), " ", x.sizes());
   const float* m = nullptr;
   if (mask && mask->defined()) {
     check(*mask, "mask", 2);
@@ -290,7 +282,9 @@ torch::Tensor cross(torch::Tensor x, torch::Tensor A, torch::Tensor B, c10::opti
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm", &norm, "T5's RMS norm of each row of x (k, d)");
   m.def("attend", &attend, "causal self-attention of k new tokens, written into the cache");
-  m.def("cross", &cross, "x + the folded cross-attention over a source");
+  m.def("cross", &cross, "x + the folded cross-attention over a source (A^T, B^T packed)");
+  m.def("pack", &gemm::pack, "W (out, in) packed for linear: (ceil(out / 32), in, 32) float32");
+  m.def("linear", &gemm::linear, "x W^T (+ res) (relu) of float32 rows, W packed; row-invariant");
   m.def("attend_cached", &attend_cached,
         "causal self-attention of k new tokens over a cache holding their keys and values");
   m.def("max_prob", &max_prob, "(max probability, first argmax) of each row of logits (k, V)");

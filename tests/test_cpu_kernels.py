@@ -131,6 +131,7 @@ def test_a_calls_rows_are_its_one_row_calls_bits(mod, dtype, threads):
                 assert torch.equal(all_cache, one_cache)
                 x = (torch.randn(k, d, generator=g) * 8).to(dtype)
                 A, B = torch.randn(d, H * P, generator=g), torch.randn(H * P, d, generator=g) * 100
+                A, B = mod.pack(A.t()), mod.pack(B.t())  # as NativeT5.begin hands them over
                 rows = mod.cross(x, A, B, None, H, 1e-3)
                 assert torch.equal(rows, torch.cat([mod.cross(x[j : j + 1].clone(), A, B, None, H, 1e-3)
                                                     for j in range(k)]))  # fmt: skip
@@ -158,12 +159,12 @@ def test_cross_matches_torch_with_and_without_a_mask(mod, dtype, k, d, H, P, pad
         mask = torch.zeros(H, P)
         mask[:, -1] = -torch.inf
         mask = mask.view(1, H * P)
-    y = mod.cross(x, A, B, mask, H, d * 1e-6)
+    y = mod.cross(x, mod.pack(A.t()), mod.pack(B.t()), mask, H, d * 1e-6)
     torch.testing.assert_close(y.float(), cross_ref(x, A, B, mask, H, d * 1e-6).float(), **tol(dtype))
     if padded:  # a hidden key's value never reaches the output
         B2 = B.clone()
         B2.view(H, P, d)[:, -1] = 1e6
-        assert torch.equal(mod.cross(x, A, B2, mask, H, d * 1e-6), y)
+        assert torch.equal(mod.cross(x, mod.pack(A.t()), mod.pack(B2.t()), mask, H, d * 1e-6), y)
 
 
 def test_bad_input_is_named(mod):
@@ -181,7 +182,9 @@ def test_bad_input_is_named(mod):
     with pytest.raises(RuntimeError, match="Hkv dividing H"):
         mod.attend_cached(torch.randn(2, 12), torch.zeros(2, 2, 8, 4), 3, 0)
     with pytest.raises(RuntimeError, match="A, B: float32"):
-        mod.cross(x, torch.randn(8, 4).double(), torch.randn(4, 8), None, 2, 1e-6)
+        mod.cross(x, torch.randn(1, 8, 32).double(), torch.randn(1, 4, 32), None, 2, 1e-6)
+    with pytest.raises(RuntimeError, match="A and B packed"):
+        mod.cross(x, torch.randn(1, 8, 32), torch.randn(1, 5, 32), None, 2, 1e-6)
 
 
 def _emulated() -> list[str]:

@@ -122,7 +122,8 @@ def step_bytes(lm: LM) -> int:
     return n
 
 
-MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise")
+MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise",
+          "bild::gemm")  # the last: the native engine's products (kernels/cpu_gemm.h)
 
 
 def anatomy(lm: LM, src: list[int], steps: int = 200) -> dict:

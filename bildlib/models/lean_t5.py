@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from bildlib.models.layout import fuse
 from bildlib.models.lean_common import Buffers, act_fn, attend_causal, attend_once, per_row, rms
-from bildlib.models.linear import linear, rows_mm
+from bildlib.models.linear import linear, once, rows_mm
 from bildlib.models.wholecall import EachRow, op
 
 
@@ -68,9 +68,10 @@ class LeanT5:
         self.n_layers = len(self.dec)
         self.f32 = model.dtype == torch.float32  # half precision rounds where HF's model rounds
         self.eps_d = torch.tensor(self.d * self.eps, dtype=torch.float32, device=model.device)
-        for w in self.enc + self.dec:
-            _products(w, self.d if self.f32 else None)
-        self.lm_l = linear(self.lm)  # (d -> V)
+        native = cpp is not None  # the native engine's float32 products: models.linear.Native
+        for j, w in enumerate(self.enc + self.dec):  # the encoder's run once per source
+            _products(w, self.d if self.f32 else None, j < len(self.enc), native)
+        self.lm_l = linear(self.lm, native)  # (d -> V)
         head = self.dec_ln * (self.scale or 1.0)  # tied T5 heads scale by d_model^-0.5
         self.head_ln = head * self.d**0.5 if self.f32 else head
         self.kv = Buffers(self.n_layers, self.H, self.dh, model.dtype, model.device)
@@ -79,7 +80,7 @@ class LeanT5:
         self.cross: list[tuple] = []  # per layer A (d, H P), B (H P, d), mask (1, H P) or None
         self.rows: frozenset[str] = frozenset()  # op families run one row at a time (set_rows)
         # each decoder layer's products and the head's as chosen (models.linear), unswitched
-        self.plain = [{n: p for n, p in w.items() if n.endswith("_l")} for w in self.dec]
+        self.plain = [{n: p for n, p in w.items() if n.endswith("_l") and n != "ckv_l"} for w in self.dec]
         self.plain_lm = self.lm_l
         # cpp: bildlib.kernels.cpu's module where models.native.NativeT5 runs the pieces between products
         self.cpp, self.engine = cpp, "lean" if cpp is None else "native"
@@ -267,12 +268,13 @@ def _weights(block, fuse_kv: bool) -> dict:
     return w
 
 
-def _products(w: dict, d: int | None) -> None:
+def _products(w: dict, d: int | None, encoder: bool, native: bool) -> None:
     """Adds to a block's weights each matrix that a call multiplies by as a models.linear
-    ("_l"), and each norm weight as _norm takes it ("_n": times sqrt(d) for the float32 norm, d
-    given; else itself)."""
+    ("_l"; linear.once for an encoder's and the cross-attention's keys and values, which run once
+    per source), and each norm weight as _norm takes it ("_n": times sqrt(d) for the float32 norm,
+    d given; else itself)."""
     for name, t in list(w.items()):
         if name.startswith("ln"):
             w[name + "_n"] = t * d**0.5 if d else t
         elif name in ("qkv", "o", "wi", "wi0", "wi1", "wo", "ckv"):
-            w[name + "_l"] = linear(t)
+            w[name + "_l"] = (once if encoder or name == "ckv" else linear)(t, native)

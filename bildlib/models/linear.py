@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import torch
 
+from bildlib.kernels import cpu
 from bildlib.models import rowinv
+from bildlib.models.rowsmm import ROWS_PATH, rows_mm  # noqa: F401 (ROWS_PATH: models.native.plan reads it here)
 
 # Whether linear() may prepack or copy (tests turn it off to compare with plain torch.mm).
 PACK = True
@@ -39,19 +41,32 @@ PACK = True
 MIN_PACKED = {torch.float32: 1 << 18, torch.bfloat16: 1 << 17}
 
 
-def linear(w: torch.Tensor) -> Packed | Float32 | MM | Int8:
+def linear(w: torch.Tensor, native: bool = False) -> Native | Packed | Float32 | MM | Int8:
     """The product object for weight w (out, in) (module docstring): the first of candidates(w)
     that is row-invariant on this machine and device at w's shape and dtype (rowinv.probe, once
-    per process and shape), Float32 (rows_mm, itself probed) last. With PACK off: MM."""
+    per process and shape), Float32 (rows_mm, itself probed) last; `native` (the native engine's
+    weights) puts Native first. With PACK off: MM."""
     if not PACK:
         return MM(w)
-    key = (tuple(w.shape), str(w.dtype).removeprefix("torch."))
-    cands = {c.__name__: c for c in candidates(w)}
+    key = (tuple(w.shape), str(w.dtype).removeprefix("torch."), *(("native",) if native else ()))
+    cands = {c.__name__: c for c in candidates(w, native)}
     cls = rowinv.choose("linear", key, cands, lambda c: _invariant(c, w), w.device.type)[1]
     return Int8(*w._bild_int8) if cls is Int8 else cls(w)
 
 
-def candidates(w: torch.Tensor) -> list[type]:
+def once(w: torch.Tensor, native: bool = False) -> Native | Packed | Float32 | MM | Int8:
+    """The product for calls whose rows need no row invariance: an encoder's, which runs once per
+    source with every decoder encoding a source alike. linear()'s kinds unprobed, over every row at
+    once: Int8 or Packed where linear() would try them first, else torch.mm (a bf16 weight on its
+    float32 copy, Float32's formula). Float32's one-row products took the large encoder 17 ms a
+    Multi30k sentence and the small one 4 (AVX2 EPYC, float32, 2 threads; docs/engines-cpu.md)."""
+    cands = candidates(w, native) if PACK else [MM]
+    if cands[0] is Int8:
+        return Int8(*w._bild_int8)
+    return cands[0](w) if cands[0] is not Float32 else AllRows(w)
+
+
+def candidates(w: torch.Tensor, native: bool = False) -> list[type]:
     """The product classes for weight w, fastest first (module docstring). On a GPU, cuBLAS's
     product alone, probed and recorded. On an H200 in float32 it gave one row other bits alone
     than among several at all 12 weight shapes of the shipped pair, and Float32's batched one-row
@@ -60,6 +75,8 @@ def candidates(w: torch.Tensor) -> list[type]:
     if w.device.type != "cpu":
         return [MM]
     cands: list[type] = [Int8] if int8_ok(w) else []
+    if native and w.dtype == torch.float32 and cpu.load() is not None:
+        cands.append(Native)
     if w.dtype in MIN_PACKED and w.numel() >= MIN_PACKED[w.dtype] and onednn(w.dtype):
         cands.append(Packed)
     elif w.dtype != torch.bfloat16:
@@ -127,61 +144,39 @@ class Float32(MM):
         return rows_mm(x.float(), self.t, res.float()).to(res.dtype)
 
 
-def rows_mm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -> torch.Tensor:
-    """x (k, n) @ t (n, m) (+ res (k, m), or (1, m) for every row), each row's result the same
-    bits whatever k is and wherever the row sits in x: torch.mm is not (MKL multiplies one row
-    (gemv) and several (gemm) in different summation orders), so a token's logits would depend on
-    how many tokens its call carried, and lossless BiLD would drift from vanilla greedy (bf16
-    rounding magnifies the last-bit differences). The path is probed once per process and shape
-    (rowinv): k one-row products in one batched call, padded to a few rows where this machine's
-    kernel treats one row apart, or one call per row. Where m is not a multiple of 4, output rows
-    start off 16-byte boundaries and some rows' bits changed on this project's CPUs, so the engine
-    pads its folded cross-attention to such widths."""
-    per_row = res is not None and (res.shape[0] != 1 or x.shape[0] == 1)
-    key = (x.shape[1], t.shape[1], per_row, x.device.type, rowinv.FIRST_ONLY, torch.get_num_threads())
-    f = _ROWS.get(key)
-    if f is None:
-        f = _ROWS[key] = _rows_path(key, t, res)
-    return f(x, t, res)
+class AllRows(Float32):
+    """Float32's formulas over every row in one torch.mm (linear.once)."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x.float(), self.t).to(x.dtype)
+
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x.float(), self.t).relu_().to(x.dtype)
+
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(res.float(), x.float(), self.t).to(res.dtype)
 
 
-def _rows_bmm(x: torch.Tensor, t: torch.Tensor, res: torch.Tensor | None = None) -> torch.Tensor:
-    """x (k, n) @ t (n, m) (+ res) as a batch of k one-row products."""
-    k = x.shape[0]
-    if res is None:
-        return torch.bmm(x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
-    return torch.baddbmm(res.unsqueeze(1), x.unsqueeze(1), t.expand(k, -1, -1)).squeeze(1)
+class Native:
+    """A float32 weight packed for bildlib.kernels.cpu's product (cpu_gemm.h): each output one
+    sum in index order, so row-invariant by construction, and a k-row call reads W once (the native
+    engine's; on an AVX2 EPYC oneDNN's product took 1.4-2.9 times its one-row time at 10 rows)."""
 
+    __slots__ = ("p", "m", "f")
+    OWN_RELU = True
 
-_ROWS: dict[tuple, object] = {}  # (n, m, per-row res, device, rowinv.FIRST_ONLY, threads) -> its path
-ROWS_PATH: dict[tuple, str] = {}  # the same keys -> the path's name (rowinv.paths; models.native.plan)
+    def __init__(self, w: torch.Tensor):
+        mod = cpu.load()
+        self.p, self.m, self.f = mod.pack(w.detach()), w.shape[0], mod.linear
 
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.f(x, self.p, self.m, None, False)
 
-def _rows_path(key: tuple, t: torch.Tensor, res: torch.Tensor | None):
-    """The first row-invariant path of rows_mm at this key. It serves every matrix of the shape
-    (weights of either dtype, a source's folded keys), so it is probed on two stand-ins, one with
-    float32 values and one with bf16 values, with rows that show a summation order (rowinv.sharp)."""
-    n, m, per_row = key[0], key[1], key[2]
-    g = torch.Generator().manual_seed(3)
-    t32 = torch.randn(n, m, generator=g).to(t.device)
-    cases = []  # (product over probe rows, probe rows)
-    for u in (t32, t32.bfloat16().float()):
-        x = rowinv.sharp(u.t())
-        if res is None:
-            cases.append((lambda f, u=u: lambda z: f(z, u, None), x))
-        elif per_row:
-            xr = torch.cat([x, torch.randn(x.shape[0], m, generator=g)], 1)
-            cases.append((lambda f, u=u: lambda z: f(z[:, :n], u, z[:, n:]), xr))
-        else:
-            one = res[:1].clone().float()
-            cases.append((lambda f, u=u, one=one: lambda z: f(z, u, one), x))
+    def relu(self, x: torch.Tensor) -> torch.Tensor:
+        return self.f(x, self.p, self.m, None, True)
 
-    def check(f) -> bool:
-        return not any(rowinv.probe(over(f), x.shape[1], t.dtype, t.device, x0=x) for over, x in cases)
-
-    name, f = rowinv.choose("rows_mm", key[:3], rowinv.paths(_rows_bmm, 0, (0, 2)), check, key[3])
-    ROWS_PATH[key] = name
-    return f
+    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        return self.f(x, self.p, self.m, res, False)
 
 
 class Packed:

@@ -33,6 +33,8 @@ class NativeT5(LeanT5):
 
     def begin(self, src: torch.Tensor) -> None:
         super().begin(src)
+        pack = self.cpp.pack  # A^T and B^T as the C++ cross takes them (cpu_gemm.h)
+        self.cross = [(pack(A.t()), pack(B.t()), mask) for A, B, mask in self.cross]
         self._source += 1  # the plan takes the new cross-attention matrices at its next run
 
     def layer(self, i: int, x: torch.Tensor, pos: int) -> torch.Tensor:
