@@ -54,7 +54,7 @@ def test_rows_are_their_one_row_calls(mod, m, n, threads):
         for k in (2, 3, 5, 10, 13):
             for relu, r in ((False, None), (True, None), (False, res[:k])):
                 rows = mod.linear(x[:k], p, m, r, relu)
-                one = lambda j: None if r is None else r[j : j + 1].clone()  # noqa: E731
+                one = lambda j, r=r: None if r is None else r[j : j + 1].clone()  # noqa: E731
                 alone = [mod.linear(x[j : j + 1].clone(), p, m, one(j), relu) for j in range(k)]
                 assert torch.equal(rows, torch.cat(alone)), (k, relu, r is not None)
                 # and a row's bits wherever it sits in the call
