@@ -5,9 +5,9 @@
 // oneDNN's packed float32 product multiplies 10 rows at 1.4-1.8 times its one-row time and the
 // float32 rows path (a batch of one-row products) at 2.3 times, on an AVX2 EPYC at two threads
 // (docs/engines-cpu.md), so a 10-token verifying call of the large model cost 1.6-2.1 one-token
-// steps. Here W is packed once into blocks of 32 outputs, (ceil(m / 32), n, 32), each block n
-// contiguous rows of 32 weights, and a call walks the blocks once: for each block, its rows of x in
-// groups of up to three, each group's 3 x 32 sums in registers while the block streams from L1/L2.
+// steps. Here W is packed once into blocks of 8 outputs, (ceil(m / 8), n, 8), each block n
+// contiguous rows of 8 weights, and a call of up to 12 rows walks W once, all its rows' sums in
+// registers, so that W streams from memory once while the sums run (`rows`).
 //
 // Every output is one sum over i = 0 .. n-1 in index order, one fused multiply-add per term,
 // from 0; then + res, then relu. That is the same sequence of operations for a row alone, in a
@@ -26,10 +26,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace gemm {
 
-constexpr int64_t NB = 32;  // outputs per block: four 8-float vectors
+constexpr int64_t NB = 8;  // outputs per block: one 8-float vector
 
 // W (m, n) as (ceil(m / NB), n, NB) float32, zero past row m: P[b][i][j] = W[b NB + j][i] (any
 // strides: the folded cross-attention packs A^T and B^T from views once per source)
@@ -54,68 +55,99 @@ inline at::Tensor pack(const at::Tensor& w) {
   return p;
 }
 
-// R rows (x, row stride xs) times one block p (n, NB): out (R, NB), row stride NB
-template <int R>
-__attribute__((always_inline)) inline void tile(const float* x, int64_t xs, const float* p, int64_t n,
-                                                float* out) {
+// R rows of x, interleaved (xt[i R + r] = x[r][i]: a term's R inputs in one or two cache lines,
+// where rows a page apart shared one L1 set), times C consecutive blocks from p (each (n, NB)):
+// out (R, C NB), row stride C NB. Every output's sum runs over i in order, one FMA a term,
+// whatever R and C are.
+template <int R, int C>
+__attribute__((always_inline)) inline void tile(const float* xt, const float* p, int64_t n, float* out) {
 #if !defined(__FMA__)  // a build without FMA (torch's DEFAULT capability): the same sums, fmaf per term
   for (int r = 0; r < R; ++r)
-    for (int64_t c = 0; c < NB; ++c) {
+    for (int64_t c = 0; c < C * NB; ++c) {
+      const float* pc = p + (c / NB) * n * NB + c % NB;
       float a = 0.0f;
-      for (int64_t i = 0; i < n; ++i) a = std::fma(x[r * xs + i], p[i * NB + c], a);
-      out[r * NB + c] = a;
+      for (int64_t i = 0; i < n; ++i) a = std::fma(xt[i * R + r], pc[i * NB], a);
+      out[r * C * NB + c] = a;
     }
 #else
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
+  __m256 acc[R * C];  // (GCC keeps these in registers only with its loops unrolled)
+#pragma GCC unroll 16
+  for (int j = 0; j < R * C; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n; ++i) {
-    const float* w = p + i * NB;
-    const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8), w2 = _mm256_loadu_ps(w + 16),
-                 w3 = _mm256_loadu_ps(w + 24);
+    __m256 w[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) w[c] = _mm256_loadu_ps(p + (c * n + i) * NB);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(x + r * xs + i);
-      acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
-      acc[r][2] = _mm256_fmadd_ps(xv, w2, acc[r][2]);
-      acc[r][3] = _mm256_fmadd_ps(xv, w3, acc[r][3]);
+      const __m256 xv = _mm256_broadcast_ss(xt + i * R + r);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(xv, w[c], acc[r * C + c]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + r * NB + 8 * j, acc[r][j]);
+#pragma GCC unroll 16
+  for (int j = 0; j < R * C; ++j) _mm256_storeu_ps(out + j * NB, acc[j]);
 #endif
 }
 
+// R rows times `c` blocks (c <= C): one tile of C blocks, or tiles of one block each
+template <int R, int C>
+inline void tiles(const float* xt, int64_t n, const float* p, int64_t c, float* t) {
+  if (c == C) return tile<R, C>(xt, p, n, t);
+  float one[R * NB];
+  for (int64_t j = 0; j < c; ++j) {
+    tile<R, 1>(xt, p + j * n * NB, n, one);
+    for (int r = 0; r < R; ++r) std::memcpy(t + r * C * NB + j * NB, one + r * NB, NB * sizeof(float));
+  }
+}
+
 // y (k, m) = x (k, n) W^T (+ res, row r at res + r rs: rs 0 adds one row to all) (relu), W packed
-// (pack); the blocks split over threads, each at least about 64k weights, so a small product
-// runs on one
+// (pack). Up to 12 rows go in one pass over W, so that W streams from memory once while the sums
+// run: 1-3 rows over 4 blocks at a time, 4-6 over 2, 7-12 over 1 (at most 12 sums in registers);
+// more rows take more passes. (Passes over each block pair in L1, in groups of 6 rows at the
+// faster 6 x 2 tile, took longer at 10 rows on an AVX2 EPYC: W then waited on memory.) The blocks
+// split over threads, at least about 64k weights each, so a small product runs on one thread.
 inline void rows(const float* x, int64_t k, int64_t n, const float* p, int64_t m, const float* res, int64_t rs,
                  bool relu, float* y) {
   RECORD_FUNCTION("bild::gemm", std::vector<c10::IValue>());  // a product to torch.profiler (bench.callbench)
-  const int64_t nb = (m + NB - 1) / NB, grain = std::max<int64_t>(1, (1 << 16) / (n * NB));
-  at::parallel_for(0, nb, grain, [&](int64_t b0, int64_t b1) {
-    alignas(32) float t[3 * NB];
-    for (int64_t b = b0; b < b1; ++b) {
-      const float* pb = p + b * n * NB;
-      const int64_t c0 = b * NB, w = std::min(NB, m - c0);
-      for (int64_t r = 0; r < k;) {
-        const int64_t g = std::min<int64_t>(3, k - r);
-        if (g == 3) tile<3>(x + r * n, n, pb, n, t);
-        else if (g == 2) tile<2>(x + r * n, n, pb, n, t);
-        else tile<1>(x + r * n, n, pb, n, t);
+  const int64_t nb = (m + NB - 1) / NB, grain = std::max<int64_t>(4, (1 << 16) / (n * NB));
+  std::vector<float> xv(n * std::min<int64_t>(12, k));
+  for (int64_t r = 0; r < k;) {
+    const int64_t g = std::min<int64_t>(12, k - r), C = g <= 3 ? 4 : g <= 6 ? 2 : 1;
+    float* xt = xv.data();  // rows r .. r + g - 1, interleaved (tile)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t q = 0; q < g; ++q) xt[i * g + q] = x[(r + q) * n + i];
+    at::parallel_for(0, (nb + 3) / 4, (grain + 3) / 4, [&](int64_t q0, int64_t q1) {
+      alignas(32) float t[12 * 4 * NB];
+      for (int64_t b = q0 * 4; b < std::min(nb, q1 * 4); b += C) {
+        const int64_t c = std::min(C, nb - b), c0 = b * NB, w = std::min(C * NB, m - c0);
+        const float* pb = p + b * n * NB;
+        switch (g) {
+          case 1: tiles<1, 4>(xt, n, pb, c, t); break;
+          case 2: tiles<2, 4>(xt, n, pb, c, t); break;
+          case 3: tiles<3, 4>(xt, n, pb, c, t); break;
+          case 4: tiles<4, 2>(xt, n, pb, c, t); break;
+          case 5: tiles<5, 2>(xt, n, pb, c, t); break;
+          case 6: tiles<6, 2>(xt, n, pb, c, t); break;
+          case 7: tiles<7, 1>(xt, n, pb, c, t); break;
+          case 8: tiles<8, 1>(xt, n, pb, c, t); break;
+          case 9: tiles<9, 1>(xt, n, pb, c, t); break;
+          case 10: tiles<10, 1>(xt, n, pb, c, t); break;
+          case 11: tiles<11, 1>(xt, n, pb, c, t); break;
+          default: tiles<12, 1>(xt, n, pb, c, t); break;
+        }
         for (int64_t q = 0; q < g; ++q) {
           float* yr = y + (r + q) * m + c0;
-          const float* tr = t + q * NB;
+          const float* tr = t + q * C * NB;
           const float* rr = res ? res + (r + q) * rs + c0 : nullptr;
-          for (int64_t c = 0; c < w; ++c) {
-            float v = rr ? tr[c] + rr[c] : tr[c];
-            yr[c] = relu && v < 0.0f ? 0.0f : v;
+          for (int64_t j = 0; j < w; ++j) {
+            const float v = rr ? tr[j] + rr[j] : tr[j];
+            yr[j] = relu && v < 0.0f ? 0.0f : v;
           }
         }
-        r += g;
       }
-    }
-  });
+    });
+    r += g;
+  }
 }
 
 // the Python entry: x (k, n) float32, W packed, m outputs, res (k, m) or (1, m) or none
@@ -125,7 +157,7 @@ inline at::Tensor linear(at::Tensor x, const at::Tensor& p, int64_t m, const c10
               "linear: x (k, in) float32 on a CPU, got ", x.sizes(), " ", x.scalar_type());
   TORCH_CHECK(p.dim() == 3 && p.size(2) == NB && p.size(1) == x.size(1) && p.size(0) * NB >= m &&
                   (p.size(0) - 1) * NB < m && p.is_contiguous() && p.scalar_type() == at::kFloat,
-              "linear: W packed (ceil(m / 32), in, 32) for x ", x.sizes(), " and m = ", m, ", got ", p.sizes());
+              "linear: W packed (ceil(m / 8), in, 8) for x ", x.sizes(), " and m = ", m, ", got ", p.sizes());
   x = x.contiguous();
   const int64_t k = x.size(0);
   at::Tensor r;

@@ -259,7 +259,7 @@ torch::Tensor cross(torch::Tensor x, torch::Tensor A, torch::Tensor B, c10::opti
   TORCH_CHECK(A.scalar_type() == torch::kFloat && B.scalar_type() == torch::kFloat, "A, B: float32");
   TORCH_CHECK(A.size(1) == d && A.size(2) == nb && A.size(0) == (hp + nb - 1) / nb && B.size(2) == nb &&
                   B.size(0) == (d + nb - 1) / nb && hp % heads == 0,
-              "A and B packed (pack(A^T): (ceil(H P / 32), d, 32); pack(B^T): (ceil(d / 32), H P, 32)) for x (k, d): ",
+              "A and B packed (pack(A^T): (ceil(H P / 8), d, 8); pack(B^T): (ceil(d / 8), H P, 8)) for x (k, d): ",
               A.sizes(), " ", B.sizes(), " ", x.sizes());
   const float* m = nullptr;
   if (mask && mask->defined()) {
@@ -283,7 +283,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("norm", &norm, "T5's RMS norm of each row of x (k, d)");
   m.def("attend", &attend, "causal self-attention of k new tokens, written into the cache");
   m.def("cross", &cross, "x + the folded cross-attention over a source (A^T, B^T packed)");
-  m.def("pack", &gemm::pack, "W (out, in) packed for linear: (ceil(out / 32), in, 32) float32");
+  m.def("pack", &gemm::pack, "W (out, in) packed for linear: (ceil(out / 8), in, 8) float32");
   m.def("linear", &gemm::linear, "x W^T (+ res) (relu) of float32 rows, W packed; row-invariant");
   m.def("attend_cached", &attend_cached,
         "causal self-attention of k new tokens over a cache holding their keys and values");

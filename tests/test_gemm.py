@@ -29,8 +29,8 @@ def test_product_relu_and_add_match_float64(mod, m, n):
     g = torch.Generator().manual_seed(m * 1000 + n)
     w = torch.randn(m, n, generator=g)
     p = mod.pack(w)
-    assert p.shape == (-(-m // 32), n, 32)
-    for k in (1, 2, 3, 4, 7, 11):
+    assert p.shape == (-(-m // 8), n, 8)
+    for k in (1, 2, 3, 4, 5, 7, 11, 12, 13, 26):
         x, res = torch.randn(k, n, generator=g), torch.randn(k, m, generator=g)
         ref = x.double() @ w.double().t()
         tol = {"atol": 1e-5 * n**0.5, "rtol": 1e-5}
@@ -51,7 +51,7 @@ def test_rows_are_their_one_row_calls(mod, m, n, threads):
         p = mod.pack(w)
         x = rowinv.sharp(w, rows=13)  # large cancelling entries: another summation order shows
         res = torch.randn(13, m, generator=torch.Generator().manual_seed(1))
-        for k in (2, 3, 5, 10, 13):
+        for k in (2, 3, 4, 5, 6, 7, 10, 12, 13):
             for relu, r in ((False, None), (True, None), (False, res[:k])):
                 rows = mod.linear(x[:k], p, m, r, relu)
                 one = lambda j, r=r: None if r is None else r[j : j + 1].clone()  # noqa: E731
@@ -70,7 +70,7 @@ def test_pack_from_any_strides(mod):
     assert torch.equal(mod.pack(a[:, ::2]), mod.pack(a[:, ::2].contiguous()))
     assert torch.equal(mod.pack(a.double()), mod.pack(a))
     p = mod.pack(a)
-    assert torch.equal(p[-1, :, 45 % 32 :], torch.zeros(70, 32 - 45 % 32))  # no output past m
+    assert torch.equal(p[-1, :, 45 % 8 :], torch.zeros(70, 8 - 45 % 8))  # no output past m
 
 
 def test_bad_input_is_named(mod):
