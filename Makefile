@@ -260,7 +260,7 @@ exactness: $(STAMP)
 # model and the two exactness runs about 20 min per model: about 80 min in all, undisturbed (docs/row-invariance.md).
 CPUS ?= EPYC-Milan Haswell
 CPUS_N ?= 100
-CPUS_TESTS ?= tests/test_wholecall.py tests/test_rowinv.py tests/test_kernels_rowinv.py tests/test_engine.py tests/test_cpu_kernels.py tests/test_gemm.py tests/test_draft.py
+CPUS_TESTS ?= tests/test_wholecall.py tests/test_rowinv.py tests/test_kernels_rowinv.py tests/test_engine.py tests/test_cpu_kernels.py tests/test_gemm.py tests/test_gemm8.py tests/test_native_int8.py tests/test_draft.py
 test-cpus: $(STAMP)
 	@command -v qemu-x86_64 >/dev/null || { echo "make test-cpus needs qemu-x86_64: apt-get install qemu-user"; exit 2; }
 	set -eo pipefail; for cpu in $(CPUS); do q="qemu-x86_64 -cpu $$cpu"; echo "== $$q"; export BILD_EMULATED=$$cpu; \

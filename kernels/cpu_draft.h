@@ -15,7 +15,8 @@
 //           its shapes (R >= 1: at least R rows, the last row copied; 0: one row at a time), for
 //           the product alone and with a residual (two shape keys in rows_mm);
 //   INT8:   a = int8 codes (out, in), b = per-row scales (torch._weight_int8pack_mm);
-//   NATIVE: a = W packed for cpu_gemm.h (models.linear.Native), pad = its output count.
+//   NATIVE: a = W packed for cpu_gemm.h (models.linear.Native), pad = its output count;
+//   NATIVE8: a = W's int8 codes packed for cpu_gemm8.h, b = their scales (models.linear.NativeInt8).
 
 #pragma once
 
@@ -32,7 +33,7 @@
 
 namespace draft {
 
-enum Kind : int64_t { PACKED = 0, MM = 1, ROWS = 2, INT8 = 3, NATIVE = 4 };
+enum Kind : int64_t { PACKED = 0, MM = 1, ROWS = 2, INT8 = 3, NATIVE = 4, NATIVE8 = 5 };
 enum Stop : int64_t { FALLBACK = 0, LIMIT = 1, END = 2, LENGTH = 3 };  // why a run stopped
 
 using ProductSpec = std::tuple<int64_t, at::Tensor, at::Tensor, int64_t, int64_t>;
@@ -44,7 +45,7 @@ struct Product {
   Product() = default;
   explicit Product(const ProductSpec& s)
       : kind(std::get<0>(s)), a(std::get<1>(s)), b(std::get<2>(s)), pad(std::get<3>(s)), pad_add(std::get<4>(s)) {
-    TORCH_CHECK(kind >= PACKED && kind <= NATIVE, "product kind ", kind, " unknown");
+    TORCH_CHECK(kind >= PACKED && kind <= NATIVE8, "product kind ", kind, " unknown");
   }
 };
 
@@ -105,6 +106,7 @@ inline at::Tensor call(const Product& p, const at::Tensor& x) {  // x W^T
     case ROWS: return rows_mm(x.to(at::kFloat), p.a, {}, p.pad).to(x.scalar_type());
     case INT8: return int8mm(p, x);
     case NATIVE: return gemm::linear(x, p.a, p.pad, c10::nullopt, false);
+    case NATIVE8: return gemm8::linear(x, p.a, p.b, p.pad, c10::nullopt, false);
     default: return at::mm(x, p.a);
   }
 }
@@ -114,6 +116,7 @@ inline at::Tensor relu(const Product& p, const at::Tensor& x) {  // relu(x W^T)
     case ROWS: return rows_mm(x.to(at::kFloat), p.a, {}, p.pad).relu_().to(x.scalar_type());
     case INT8: return int8mm(p, x).relu_();
     case NATIVE: return gemm::linear(x, p.a, p.pad, c10::nullopt, true);
+    case NATIVE8: return gemm8::linear(x, p.a, p.b, p.pad, c10::nullopt, true);
     default: return at::mm(x, p.a).relu_();
   }
 }
@@ -123,6 +126,7 @@ inline at::Tensor add(const Product& p, const at::Tensor& x, const at::Tensor& r
     case ROWS: return rows_mm(x.to(at::kFloat), p.a, res.to(at::kFloat), p.pad_add).to(res.scalar_type());
     case INT8: return int8mm(p, x).add_(res);
     case NATIVE: return gemm::linear(x, p.a, p.pad, res, false);
+    case NATIVE8: return gemm8::linear(x, p.a, p.b, p.pad, res, false);
     default: return at::addmm(res, x, p.a);
   }
 }

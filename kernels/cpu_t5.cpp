@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm8.h"
 
 namespace {
 
@@ -285,6 +286,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cross", &cross, "x + the folded cross-attention over a source (A^T, B^T packed)");
   m.def("pack", &gemm::pack, "W (out, in) packed for linear: (ceil(out / 8), in, 8) float32");
   m.def("linear", &gemm::linear, "x W^T (+ res) (relu) of float32 rows, W packed; row-invariant");
+  m.def("pack8", &gemm8::pack, "W (out, in) as int8 codes per output channel, packed, and their scales");
+  m.def("linear8", &gemm8::linear, "x W^T (+ res) (relu) with x's rows and W in int8, int32 sums; row-invariant");
   m.def("attend_cached", &attend_cached,
         "causal self-attention of k new tokens over a cache holding their keys and values");
   m.def("max_prob", &max_prob, "(max probability, first argmax) of each row of logits (k, V)");

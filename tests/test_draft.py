@@ -93,6 +93,19 @@ def test_the_native_run_equals_the_python_loop_on_every_tiny_architecture(kind, 
         assert not hasattr(s.impl, "draft")
 
 
+@pytest.mark.parametrize("kind", ["t5", "t5-tied", "mt5"])
+def test_the_native_run_equals_the_python_loop_in_int8(kind, monkeypatch):
+    """dtype "int8": every product of both models in int8 (models.linear.NativeInt8), in the C++
+    run (cpu_draft.h's NATIVE8) and in the Python loop alike."""
+    big = tiny(kind, seed=1)
+    small = perturbed(big, seed=2, noise=0.3)
+    big.bild_int8 = small.bild_int8 = True  # as models.load does for dtype "int8"
+    tok = tiny_tokenizer()
+    s, lg = LM(small, tok, "small", engine="auto"), LM(big, tok, "large", engine="auto")
+    assert type(s.impl.lm_l).__name__ == type(lg.impl.dec[0]["wo_l"]).__name__ == "NativeInt8"
+    assert same_decodes(monkeypatch, s, lg, SOURCES, max_new_tokens=24) > 0
+
+
 @pytest.mark.parametrize("kind", ["t5", "mt5"])
 def test_vanilla_decodes_in_one_native_call_as_its_python_loop(kind, monkeypatch):
     """Vanilla decoding on the native engine: one C++ run to EOS or max_new_tokens, greedy and
@@ -136,14 +149,14 @@ def test_recording_sees_a_native_run_as_its_steps(monkeypatch):
 
 @pytest.mark.timeout(3600)  # under qemu (make test-cpus) the load-time probes alone take over 15 minutes
 def test_the_shipped_pair_drafts_natively_token_for_token(multi30k_dir, monkeypatch):
-    """The shipped aligned pair, float32 and bf16, 8 held-out sentences (2 under an emulated CPU,
+    """The shipped aligned pair, float32, bf16 and int8, 8 held-out sentences (2 under an emulated CPU,
     make test-cpus: qemu runs this some 30 times slower), greedy and sampled."""
     from bildlib import data
     from bildlib.models import load_model
 
     ck = REPO / "data" / "checkpoints"
     sources = None
-    for dtype in ("float32", "bfloat16"):
+    for dtype in ("float32", "bfloat16", "int8"):
         (ms, tok), (ml, _) = (load_model(ck / f"multi30k-{m}", dtype=dtype) for m in ("small-aligned",
                                                                                         "large"))
         s, lg = LM(ms, tok, "aligned", "native"), LM(ml, tok, "large", "native")

@@ -126,7 +126,7 @@ def run(n: int = 100, warmup: int = 5, dtype: str = "auto", threads: int = 2,
     per["small_call_us"] = 1e3 * per["small_ms"] / per["small_calls"].where(per["small_calls"] > 0)
     per["large_call_ms"] = per["large_ms"] / per["large_calls"]
     per["outside_pct"] = 100 * (per["policy_ms"] + per["rest_ms"]) / per["ms"]
-    per["n"], per["dtype"] = n, str(large.model.dtype).removeprefix("torch.")
+    per["n"], per["dtype"] = n, large.precision
     per["engine"] = f"{small.engine}/{large.engine}"
     return per
 

@@ -56,6 +56,7 @@ def bench(
         model, tok = load_model(path, device, dtype)
         native = runs_native(model.config, model.dtype, model.device)
         engines = ("hf", "lean", "native") if native else ("hf", "lean")
+        engines = ("native",) if getattr(model, "bild_int8", False) else engines  # int8: native alone
         lms = {e: LM(model, tok, path, e) for e in engines}
         if compile:
             lms["lean+compile"] = LM(model, tok, path, "lean")
@@ -78,7 +79,7 @@ def bench(
         for e in lms:
             one, many = (1e3 * statistics.median(times[e, c]) for c in ("1", "k"))
             name = path.rsplit("/", 1)[-1]
-            rows.append({"model": name, "engine": e, "dtype": str(model.dtype).removeprefix("torch."),
+            rows.append({"model": name, "engine": e, "dtype": lms[e].precision,
                          "step_ms": one, f"call{k}_ms": many, f"call{k}_in_steps": many / one,
                          "first_calls_s": compile_s[e], "weights_MB": step_bytes(lms[e]) / 1e6})  # fmt: skip
     df = pd.DataFrame(rows)
@@ -105,7 +106,8 @@ def read_rate(mb: int = 256, rounds: int = 20) -> float:
 def step_bytes(lm: LM) -> int:
     """Bytes of weights one decoder step reads: the decoder's linears but the cross-attention
     keys and values (computed once per source), and the head. The lean T5 reads the
-    cross-attention's folded matrices (models.lean_t5) instead of its query and output weights."""
+    cross-attention's folded matrices (models.lean_t5) instead of its query and output weights.
+    In int8 (dtype "int8") a weight is read as its codes, a byte each (and a float per output)."""
     m = lm.model
     dec = m.get_decoder() if lm.is_encoder_decoder else m
     folded = getattr(lm.impl, "folded_cross", False)
@@ -118,12 +120,12 @@ def step_bytes(lm: LM) -> int:
         w = getattr(x, "weight", None)
         if isinstance(x, torch.nn.Linear) and id(w) not in skip | seen:
             seen.add(id(w))
-            n += w.numel() * w.element_size()
+            n += w.numel() + 4 * w.shape[0] if lm.precision == "int8" else w.numel() * w.element_size()
     return n
 
 
 MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise",
-          "bild::gemm")  # the last: the native engine's products (kernels/cpu_gemm.h)
+          "bild::gemm", "bild::gemm8")  # the native engine's products (kernels/cpu_gemm.h, cpu_gemm8.h)
 
 
 def anatomy(lm: LM, src: list[int], steps: int = 200) -> dict:
@@ -183,7 +185,7 @@ def main() -> None:
             src_text = data.load("multi30k", "val", 1).sources[0]
             lms = [LM.from_pretrained(p, a.device, a.dtype) for p in PAIR]
             src = lms[0].encode(src_text)
-            rows = [{"model": p.rsplit("/", 1)[-1], "dtype": str(lm.model.dtype).removeprefix("torch.")}
+            rows = [{"model": p.rsplit("/", 1)[-1], "dtype": lm.precision}
                     | anatomy(lm, src) for p, lm in zip(PAIR, lms, strict=True)]  # fmt: skip
             print(pd.DataFrame(rows).round(3).to_string(index=False))
             print(pd.Series(situ(*lms, src, a.k)).round(3).to_string())

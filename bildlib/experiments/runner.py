@@ -92,7 +92,8 @@ class Models:
             if (loaded := next((lm for (w, _), lm in self._lm.items() if w == which), None)) is not None:
                 lm = LM(loaded.model, loaded.tok, loaded.name, engine)
             else:
-                dtype = self._local_dtype(which) or self._policy(which)
+                dtype = self._policy(which)  # "int8" goes on as it is (weights float32, products int8)
+                dtype = dtype if dtype == "int8" else self._local_dtype(which) or dtype
                 lm = LM.from_pretrained(self.preset.model(which), self.device, dtype, engine)
             if presets.is_small(which):
                 check_pair(lm, self.get("large", engine))
@@ -140,6 +141,10 @@ class Models:
         if not loaded and (dtype := self._local_dtype(which)):
             return dtype
         return self.get(which).model.dtype
+
+    def dtype_name(self, which: str) -> str:
+        """What `which` computes in, as results name it: "int8" under that policy, else its dtype."""
+        return "int8" if self._policy(which) == "int8" else str(self.dtype(which)).removeprefix("torch.")
 
     def identity(self, which: str) -> str:
         """What the results depend on: the hash of the weights, config, generation config and
@@ -217,7 +222,7 @@ def plan(
         "preset": p.name, "config": dataclasses.asdict(config), "split": split, "n_examples": n_examples,
         "examples": cache.examples_hash(ex.pairs), "code": cache.code_version(),
         "models": {w: models.identity(w) for w in config.needs()},
-        "dtypes": {w: str(models.dtype(w)).removeprefix("torch.") for w in config.needs()},
+        "dtypes": {w: models.dtype_name(w) for w in config.needs()},
         "engines": {w: models.engine_of(w, config.runs_on) for w in config.needs()},
         "device": models.device.type, "threads": s.threads, "warmup": s.warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix, **({"suffix": p.suffix} if p.suffix else {}),

@@ -29,7 +29,8 @@ DEVICES = ("cpu", "cuda", "auto")  # or "cuda:N" (models.resolve_device)
 class RunSettings:
     """device: "cpu", "cuda", "cuda:N" or "auto" (cuda when available; resolved once by Models).
     dtype: "default" (fp32 on CPU as the model cards, the stored dtype on GPU), "auto", "float32",
-    "bfloat16" or "mixed" (models.resolve_dtype, small_policy). engine: models.engine's auto,
+    "bfloat16", "mixed" (models.resolve_dtype, small_policy) or "int8" (float32 weights, the
+    native engine's products in int8, on a CPU; models.linear.NativeInt8). engine: models.engine's auto,
     native, lean, hf or static. threads: torch threads, fixed for the whole run. warmup: examples
     each configuration decodes untimed first. checkpoints: replace some of the preset's models
     ({"aligned": folder}, "student:<label>" for a candidate small model; what-if runs), kept as

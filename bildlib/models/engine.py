@@ -102,6 +102,11 @@ def auto_engine(config, dtype: torch.dtype, device) -> str:
     return "hf" if why_not_lean(config, dtype) else "lean"
 
 
+def cls_of(model):
+    """The lean engine class for a model's type, or None."""
+    return LEAN.get(model.config.model_type)
+
+
 def check_engine(engine) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
@@ -110,6 +115,10 @@ def check_engine(engine) -> None:
 def make(model, engine: str = "auto", name: str = "model"):
     """The engine object for `model` as asked ("auto": native, else lean, where supported)."""
     check_engine(engine)
+    int8 = bool(getattr(model, "bild_int8", False))  # dtype "int8" (models.load): native int8 products
+    if int8 and engine not in ("auto", "native"):
+        raise ValueError(f"{name}: dtype='int8' runs on engine 'native' (its int8 products), "
+                         f"not engine={engine!r}")
     if engine == "hf":
         return HF(model)
     why = why_not_lean(model.config, model.dtype, type(model).__name__)
@@ -119,6 +128,10 @@ def make(model, engine: str = "auto", name: str = "model"):
         raise UnsupportedArchitectureError(f"{name}: engine='static' runs T5 and mT5 in float32 or bfloat16, "
                                            f"not {why or model.config.model_type}; use engine='lean' or 'hf'")
     native = engine in ("auto", "native") and runs_native(model.config, model.dtype, model.device)
+    if int8 and not (native and cls_of(model) is LeanT5):
+        raise UnsupportedArchitectureError(f"{name}: dtype='int8' runs T5 and mT5 on a CPU (engine "
+                                           "'native'), "
+                                           f"not {why or model.config.model_type} on {model.device.type}")
     if engine == "native" and not native:
         raise UnsupportedArchitectureError(f"{name}: engine='native' runs what lean runs ({', '.join(LEAN)}) "
                                            f"on a CPU, not {why or model.config.model_type} on "
@@ -128,10 +141,11 @@ def make(model, engine: str = "auto", name: str = "model"):
         cls = LEAN[model.config.model_type]
         if native:
             cpp = native_pieces(model)
-            if cpp is None and engine == "native":
-                raise RuntimeError(f"{name}: engine='native': {cpu.why()}")
+            if cpp is None and (engine == "native" or int8):
+                what = " (dtype int8)" if int8 else ""
+                raise RuntimeError(f"{name}: engine='native'{what}: {cpu.why()}")
             if cpp is not None:
-                return NativeT5(model, cpp) if cls is LeanT5 else cls(model, native=True)
+                return NativeT5(model, cpp, int8) if cls is LeanT5 else cls(model, native=True)
         return cls(model)  # lean, also where the C++ could not be built (cpu.load logged why)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")

@@ -50,7 +50,7 @@ class LeanT5:
     # in the order it tries them; "call": a k-token call as k one-token calls
     OPS = ("norm", "cross", "act", "attention", "products", "call")
 
-    def __init__(self, model, cpp=None):
+    def __init__(self, model, cpp=None, native: bool | str | None = None):
         c = model.config
         self.model, self.eps, self.dtype = model, c.layer_norm_epsilon, model.dtype
         self.H, self.dh, self.d = c.num_heads, c.d_kv, c.d_model
@@ -68,7 +68,8 @@ class LeanT5:
         self.n_layers = len(self.dec)
         self.f32 = model.dtype == torch.float32  # half precision rounds where HF's model rounds
         self.eps_d = torch.tensor(self.d * self.eps, dtype=torch.float32, device=model.device)
-        native = cpp is not None  # the native engine's float32 products: models.linear.Native
+        # the native engine's products (models.linear): Native in float32, NativeInt8 where "int8"
+        native = cpp is not None if native is None else native
         for j, w in enumerate(self.enc + self.dec):  # the encoder's run once per source
             _products(w, self.d if self.f32 else None, j < len(self.enc), native)
         self.lm_l = linear(self.lm, native)  # (d -> V)

@@ -32,6 +32,7 @@ import torch
 
 from bildlib.kernels import cpu
 from bildlib.models import rowinv
+from bildlib.models.linear_int8 import Int8, NativeInt8, int8_ok  # noqa: F401 (re-exported)
 from bildlib.models.rowsmm import ROWS_PATH, rows_mm  # noqa: F401 (ROWS_PATH: models.native.plan reads it here)
 
 # Whether linear() may prepack or copy (tests turn it off to compare with plain torch.mm).
@@ -41,20 +42,21 @@ PACK = True
 MIN_PACKED = {torch.float32: 1 << 18, torch.bfloat16: 1 << 17}
 
 
-def linear(w: torch.Tensor, native: bool = False) -> Native | Packed | Float32 | MM | Int8:
+def linear(w: torch.Tensor, native: bool | str = False) -> Native | NativeInt8 | Packed | Float32 | MM | Int8:
     """The product object for weight w (out, in) (module docstring): the first of candidates(w)
     that is row-invariant on this machine and device at w's shape and dtype (rowinv.probe, once
     per process and shape), Float32 (rows_mm, itself probed) last; `native` (the native engine's
-    weights) puts Native first. With PACK off: MM."""
+    weights) puts Native first, `native` "int8" (dtype "int8") NativeInt8 alone. With PACK off: MM."""
     if not PACK:
         return MM(w)
-    key = (tuple(w.shape), str(w.dtype).removeprefix("torch."), *(("native",) if native else ()))
+    kind = () if not native else ("int8",) if native == "int8" else ("native",)
+    key = (tuple(w.shape), str(w.dtype).removeprefix("torch."), *kind)
     cands = {c.__name__: c for c in candidates(w, native)}
     cls = rowinv.choose("linear", key, cands, lambda c: _invariant(c, w), w.device.type)[1]
     return Int8(*w._bild_int8) if cls is Int8 else cls(w)
 
 
-def once(w: torch.Tensor, native: bool = False) -> Native | Packed | Float32 | MM | Int8:
+def once(w: torch.Tensor, native: bool | str = False) -> Native | NativeInt8 | Packed | Float32 | MM | Int8:
     """The product for calls whose rows need no row invariance: an encoder's, which runs once per
     source with every decoder encoding a source alike. linear()'s kinds unprobed, over every row at
     once: Int8 or Packed where linear() would try them first, else torch.mm (a bf16 weight on its
@@ -66,7 +68,7 @@ def once(w: torch.Tensor, native: bool = False) -> Native | Packed | Float32 | M
     return cands[0](w) if cands[0] is not Float32 else AllRows(w)
 
 
-def candidates(w: torch.Tensor, native: bool = False) -> list[type]:
+def candidates(w: torch.Tensor, native: bool | str = False) -> list[type]:
     """The product classes for weight w, fastest first (module docstring). On a GPU, cuBLAS's
     product alone, probed and recorded. On an H200 in float32 it gave one row other bits alone
     than among several at all 12 weight shapes of the shipped pair, and Float32's batched one-row
@@ -74,6 +76,8 @@ def candidates(w: torch.Tensor, native: bool = False) -> list[type]:
     exact until the engine has row-invariant products there (docs/engines-gpu.md, *On a GPU*)."""
     if w.device.type != "cpu":
         return [MM]
+    if native == "int8" and cpu.load() is not None:  # int8 asked for: int8 or nothing (rowinv logs it)
+        return [NativeInt8]
     cands: list[type] = [Int8] if int8_ok(w) else []
     if native and w.dtype == torch.float32 and cpu.load() is not None:
         cands.append(Native)
@@ -198,36 +202,6 @@ class Packed:
 
 
 _LIN = _LIN_ADD = None
-
-
-def int8_ok(w: torch.Tensor) -> bool:
-    """Whether W's product runs on its int8 codes: codes kept on it, of its shape, W in bf16 on a
-    CPU, and an input width the kernel's 16-wide loads cover (a multiple of 16; others would read
-    past a row). Otherwise W's own (dequantized) values run."""
-    i8 = getattr(w, "_bild_int8", None)
-    return (i8 is not None and w.device.type == "cpu" and w.dtype == torch.bfloat16
-            and tuple(i8[0].shape) == tuple(w.shape) and w.shape[1] % 16 == 0
-            and hasattr(torch, "_weight_int8pack_mm"))  # fmt: skip
-
-
-class Int8:
-    __slots__ = ("q", "s")
-    OWN_RELU = False
-
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor):
-        self.q = q.contiguous()  # (out, in) int8
-        self.s = scale.to(torch.bfloat16).contiguous()  # (out,): the kernel takes it in x's dtype
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) bf16 -> (k, out) bf16
-        if not x.is_contiguous() or x.data_ptr() % 64:  # the kernel's aligned loads
-            x = x.clone(memory_format=torch.contiguous_format)
-        return torch._weight_int8pack_mm(x, self.q, self.s)
-
-    def relu(self, x: torch.Tensor) -> torch.Tensor:
-        return self(x).relu_()
-
-    def add(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
-        return self(x).add_(res)  # rounded twice, as HF's x + linear(a)
 
 
 def packed(w: torch.Tensor) -> torch.Tensor:

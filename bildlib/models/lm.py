@@ -65,6 +65,14 @@ class LM:
         model, tok = load_model(path, device, dtype)
         return cls(model, tok, str(path), engine)
 
+    @property
+    def precision(self) -> str:
+        """What the model computes in, as results name it: "int8" (dtype "int8": the native engine's
+        int8 products over float32 weights), else its dtype ("float32", "bfloat16", ...)."""
+        if getattr(self.impl, "int8", False):
+            return "int8"
+        return str(self.model.dtype).removeprefix("torch.")
+
     def encode(self, text: str) -> list[int]:
         return self.tok(text)["input_ids"]
 

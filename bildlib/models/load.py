@@ -60,7 +60,8 @@ def native_bf16() -> bool:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-POLICIES = ("default", "auto", "mixed", *DTYPES)
+POLICIES = ("default", "auto", "mixed", *DTYPES, "int8")
+# "int8": the weights in float32, every weight product of the native engine in int8 (models.linear.NativeInt8)
 
 
 def check_dtype(dtype: str | torch.dtype) -> None:
@@ -86,10 +87,16 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device, stored: torch.
     faster, and its large model's multi-token call is relatively cheaper, which BiLD needs.
     "float32" and "bfloat16" force one (tests that compare with HF to 1e-4 use float32). "mixed"
     is "auto" here; a run (experiments.Models, small_policy) runs its small models in float32 under
-    it. A torch.dtype is kept."""
+    it. "int8" is float32 weights on a CPU whose products the native engine runs in int8
+    (models.engine.make). A torch.dtype is kept."""
     check_dtype(dtype)
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "int8":
+        if device.type != "cpu":
+            raise ValueError("dtype='int8' runs on a CPU (the native engine's int8 products); "
+                             f"got device={str(device)!r}")
+        return torch.float32
     if dtype in ("default", "auto", "mixed"):
         if device.type == "cpu" and stored != torch.float32:
             return stored if stored == torch.bfloat16 and native_bf16() else torch.float32
@@ -185,6 +192,7 @@ def load_model(name: str | Path, device: str | torch.device = "cpu", dtype: str 
     model = model.to(dev, resolve_dtype(dtype, dev, stored)).eval()
     column_major(model)  # CPU float32, every engine, HF's too: faster one-row products (docs/engines.md)
     keep_int8(model, path)  # an int8 checkpoint's codes, for the lean engine's int8 products
+    model.bild_int8 = dtype == "int8"  # the engine quantizes its products (models.engine.make)
     return model, tok
 
 

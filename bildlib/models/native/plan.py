@@ -19,7 +19,8 @@ from transformers.activations import NewGELUActivation
 
 from bildlib.models import linear, rowinv
 
-KINDS = {linear.Packed: 0, linear.MM: 1, linear.Float32: 2, linear.Int8: 3, linear.Native: 4}
+KINDS = {linear.Packed: 0, linear.MM: 1, linear.Float32: 2, linear.Int8: 3, linear.Native: 4,
+         linear.NativeInt8: 5}
 STOPS = ("fallback", "limit", "eos", "length")  # cpu_draft.h's Stop, in its order
 
 
@@ -74,6 +75,8 @@ def spec(p) -> tuple | None:
         return (3, p.q, p.s, 1, 1)
     if kind == 4:
         return (4, p.p, none, p.m, 1)
+    if kind == 5:
+        return (5, p.p, p.s, p.m, 1)
     n, m = p.t.shape
     return (2, p.t, none, rows_pad(n, m, False), rows_pad(n, m, True))
 

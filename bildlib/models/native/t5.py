@@ -18,12 +18,14 @@ from bildlib.models.native import plan
 
 
 class NativeT5(LeanT5):
-    """Engine "native" for a T5 / mT5 on a CPU; `cpp` is bildlib.kernels.cpu's built module."""
+    """Engine "native" for a T5 / mT5 on a CPU; `cpp` is bildlib.kernels.cpu's built module; `int8`:
+    every weight product in int8 (models.linear.NativeInt8; dtype "int8"), the rest in float32."""
 
-    def __init__(self, model, cpp):
+    def __init__(self, model, cpp, int8: bool = False):
         self.eps_dn = model.config.d_model * model.config.layer_norm_epsilon  # the C++ norms' d eps
         self._plan, self._plan_key, self._source = None, None, 0  # the draft's C++ plan (plan.build)
-        super().__init__(model, cpp)
+        self.int8 = int8
+        super().__init__(model, cpp, "int8" if int8 else True)
 
     def set_rows(self, ops) -> None:
         super().set_rows(ops)
