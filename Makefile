@@ -209,11 +209,14 @@ bench: ct2
 	  $(PEERS_ARGS) notebooks/peers.ipynb build/notebooks/bench-float32.ipynb
 
 # CTranslate2 against vanilla large and the committed peers tables' BiLD rows again, on this machine,
-# without the sweep (each engine at its fastest thread count; bildlib.bench.peers ct2_again): the
-# ct2.csv and ct2_checks.json of both make bench folders (about 10 min on 2 CPU cores).
+# without the sweep (bildlib.bench.peers ct2_again): CTranslate2 at float32 and int8, each at 1 and 2
+# threads, bildlib at its fastest thread count; the ct2.csv and ct2_checks.json of both make bench
+# folders, and of figures/peers/val-int8 (dtype int8: the default run's rows on the native engine's
+# int8 products). About 20 min each on 2 CPU cores.
 bench-ct2: ct2
 	$(BIN)/python -m bildlib.bench.peers $(PEERS_OUT) --dtype auto
 	$(BIN)/python -m bildlib.bench.peers $(PEERS_OUT)-float32 --dtype float32
+	$(BIN)/python -m bildlib.bench.peers $(PEERS_OUT)-int8 --dtype int8 --picks $(PEERS_OUT)
 
 # The shipped large checkpoint converted for CTranslate2 (lossless float32) into build/ct2/.
 ct2: $(STAMP)

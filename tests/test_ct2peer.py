@@ -101,14 +101,38 @@ def test_each_engine_is_timed_at_its_fastest_thread_count(multi30k_dir, converte
     real = ct2peer.Worker
 
     class Spy(real):
-        def __init__(self, model_dir, threads):
+        def __init__(self, model_dir, threads, compute_type="float32"):
             started.append(threads)
-            super().__init__(model_dir, threads)
+            super().__init__(model_dir, threads, compute_type)
 
     monkeypatch.setattr(ct2peer, "Worker", Spy)
     ct2peer.compare(models, [X.vanilla("large")], data.load("multi30k", "val", 2), threads=2, block=2,
                     warmup=0, progress=False, ct2_threads=1)  # fmt: skip
     assert started == [1]
+
+
+def test_every_setting_in_its_process_and_the_peer_within_half_a_point(multi30k_dir, converted, models):
+    """CTranslate2 at float32 and int8 (int8_float32), each a process, their order turning by block;
+    the peer is the fastest setting within 0.5 BLEU of float32's, and every ratio is against it."""
+    two = data.load("multi30k", "val", 4)
+    settings = {ct2peer.peer_name(c, 1): (ct2peer.COMPUTE[c], 1) for c in ct2peer.COMPUTE}
+    assert set(ct2peer.peers(2)) == {f"CTranslate2 {c} ({n})" for c in ("float32", "int8")
+                                     for n in ("1 thread", "2 threads")}  # fmt: skip
+    rows = ct2peer.compare(models, [X.vanilla("large")], two, block=2, warmup=0, progress=False,
+                           settings=settings)  # fmt: skip
+    f32, i8 = settings
+    assert list(rows["decoder"][2:6]) == [f32, f32, i8, i8]  # block 0: ours on 0-1, then each setting
+    assert list(rows["decoder"][8:12]) == [i8, i8, f32, f32]  # block 1: the order turned
+    t = ct2peer.summary(rows, two, "bleu", "vanilla-large").set_index("decoder")
+    peer = t["peer"].iloc[0]
+    assert peer in settings and t.loc[peer, "vs_ct2"] == pytest.approx(1.0)
+    assert t.loc[f32, "score"] == pytest.approx(t.loc["vanilla-large", "score"])  # float32: vanilla's output
+    # the rule alone: the fastest within 0.5 of float32's best, never a faster one that lost more
+    ms = {"a float32": 50, "b int8": 20}
+    assert ct2peer.reference({"a float32": 30.0, "b int8": 29.6}, ms) == "b int8"
+    assert ct2peer.reference({"a float32": 30.0, "b int8": 29.4}, ms) == "a float32"
+    with pytest.raises(ValueError, match="no CTranslate2 float32 row"):
+        ct2peer.reference({"b int8": 29.0}, {"b int8": 1.0})
 
 
 def test_bad_arguments_and_a_missing_extra_are_named(monkeypatch, tmp_path):

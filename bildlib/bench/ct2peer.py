@@ -15,6 +15,7 @@ Needs the optional extra `peers` (pip install -e '.[peers]'); docs/engines-cpu.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -29,8 +30,34 @@ from bildlib.analysis import intervals, metrics
 from bildlib.data import artifacts
 
 CONVERTED = REPO_ROOT / "build" / "ct2"  # converted checkpoints (git-ignored; make ct2)
-NAME = "CTranslate2 greedy (large)"
+NAME = "CTranslate2 greedy (large)"  # the peer where one setting runs (compare's default)
 BLOCK, WARMUP = 10, 5  # sentences per alternation block; untimed sentences each side warms on
+# CTranslate2's compute types on a CPU, as its docs name them: float32 (the lossless conversion) and
+# its int8 ("int8" there means int8_float32: int8 weights and products, float32 elsewhere)
+COMPUTE = {"float32": "float32", "int8": "int8_float32"}
+TOL = 0.5  # BLEU: a CTranslate2 setting counts as the peer within this of its float32
+
+
+def peer_name(compute: str, threads: int) -> str:
+    """A CTranslate2 setting's row: "CTranslate2 int8 (1 thread)"."""
+    return f"CTranslate2 {compute} ({threads} thread{'' if threads == 1 else 's'})"
+
+
+def peers(threads: int) -> dict[str, tuple[str, int]]:
+    """Every setting make bench-ct2 times: each compute type at 1, 2, ... `threads` threads."""
+    from bildlib.bench.threads import thread_options
+
+    return {peer_name(c, t): (COMPUTE[c], t) for c in COMPUTE for t in thread_options(threads)}
+
+
+def reference(scores: dict[str, float], ms: dict[str, float], tol: float = TOL) -> str:
+    """The peer the comparison is against: of the CTranslate2 rows (name -> BLEU, name -> ms per
+    sentence), the fastest whose BLEU is within `tol` of the best float32 row's."""
+    f32 = [s for d, s in scores.items() if "float32" in d or d == NAME]
+    if not f32:
+        raise ValueError(f"no CTranslate2 float32 row among {sorted(scores)}")
+    ok = [d for d, s in scores.items() if s >= max(f32) - tol]
+    return min(ok, key=ms.get)
 
 
 class PeerUnavailableError(RuntimeError):
@@ -80,9 +107,9 @@ def convert(path: str | Path) -> Path:
 class Worker:
     """bildlib.bench.ct2worker in its own process: decode(tokens, max) -> (output tokens, seconds)."""
 
-    def __init__(self, model_dir: Path, threads: int):
+    def __init__(self, model_dir: Path, threads: int, compute_type: str = "float32"):
         _ctranslate2()
-        cmd = [sys.executable, "-m", "bildlib.bench.ct2worker", str(model_dir), str(threads)]
+        cmd = [sys.executable, "-m", "bildlib.bench.ct2worker", str(model_dir), str(threads), compute_type]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   cwd=REPO_ROOT, bufsize=1)  # fmt: skip
         self.info = self._read()
@@ -114,13 +141,15 @@ class Worker:
 
 
 def compare(models, configs, examples: data.Split, threads: int = 2, block: int = BLOCK, warmup: int = WARMUP,
-            partial: Path | None = None, progress: bool = True, ct2_threads: int | None = None
-            ) -> pd.DataFrame:  # fmt: skip
-    """Rows (id, decoder, latency_s, output) of CTranslate2 greedy on the large checkpoint
-    (decoder NAME) and of each experiments.Config in `configs` on `models` (an
-    experiments.Models), on the same examples, alternating in blocks of `block`; bildlib at
-    `threads` torch threads, CTranslate2 at `ct2_threads` intra threads (None: the same). `partial`:
-    a parquet the finished blocks are kept in, so an interrupted run resumes there."""
+            partial: Path | None = None, progress: bool = True, ct2_threads: int | None = None,
+            settings: dict[str, tuple[str, int]] | None = None) -> pd.DataFrame:  # fmt: skip
+    """Rows (id, decoder, latency_s, output) of CTranslate2 greedy on the large checkpoint and
+    of each experiments.Config in `configs` on `models` (an experiments.Models), on the same
+    examples, alternating in blocks of `block`; bildlib at `threads` torch threads. CTranslate2
+    runs each of `settings` (row name -> (compute type, intra threads), each its own process; in
+    each block after bildlib's decoders, their order turning by one a block), by default float32 at
+    `ct2_threads` (None: `threads`) as decoder NAME. `partial`: a parquet the finished blocks are
+    kept in, so an interrupted run resumes there."""
     import torch
 
     from bildlib.experiments import measure
@@ -133,14 +162,18 @@ def compare(models, configs, examples: data.Split, threads: int = 2, block: int 
     src = [lm.encode(p.prompt(s)) for s in examples.sources]
     rows = pd.read_parquet(partial).to_dict("records") if partial and partial.is_file() else []
     done = len({r["id"] for r in rows})
-    with Worker(convert(p.model("large")), ct2_threads or threads) as w:
+    settings = settings or {NAME: ("float32", ct2_threads or threads)}
+    path = convert(p.model("large"))
+    with contextlib.ExitStack() as stack:
+        ws = {d: stack.enter_context(Worker(path, t, ct)) for d, (ct, t) in settings.items()}
 
-        def ct2(i: int) -> tuple[str, float]:
+        def ct2(w: Worker, i: int) -> tuple[str, float]:
             out, s = w.decode(tok.convert_ids_to_tokens(src[i]), p.max_new_tokens)
             return lm.decode(tok.convert_tokens_to_ids(out)), s
 
-        for i in range(min(warmup, len(src))):  # both sides warm, untimed
-            ct2(i)
+        for i in range(min(warmup, len(src))):  # every side warm, untimed
+            for w in ws.values():
+                ct2(w, i)
             for c in configs:
                 measure.decode(c, models, src[i], p.max_new_tokens)
         bar = tqdm(total=len(src) - done, desc="CTranslate2 and bildlib, alternated", disable=not progress)
@@ -150,15 +183,17 @@ def compare(models, configs, examples: data.Split, threads: int = 2, block: int 
                 for c in configs:
                     out, _, s = measure.timed(c, models, src[i], p.max_new_tokens)
                     rows.append({"id": i, "decoder": c.label, "latency_s": s, "output": lm.decode(out)})
-            for i in ids:  # then CTranslate2 in its process on the same sentences
-                text, s = ct2(i)
-                rows.append({"id": i, "decoder": NAME, "latency_s": s, "output": text})
+            order = list(ws)[b0 // block % len(ws):] + list(ws)[: b0 // block % len(ws)]
+            for d in order:  # then each CTranslate2 setting in its process on the same sentences
+                for i in ids:
+                    text, s = ct2(ws[d], i)
+                    rows.append({"id": i, "decoder": d, "latency_s": s, "output": text})
             if partial:
                 with data.atomic_path(partial) as tmp:
                     pd.DataFrame(rows).to_parquet(tmp)
             bar.update(len(ids))
         bar.close()
-        version = w.info["version"]
+        version = next(iter(ws.values())).info["version"]
     df = pd.DataFrame(rows)
     df.attrs["ctranslate2"] = version
     return df
@@ -166,21 +201,27 @@ def compare(models, configs, examples: data.Split, threads: int = 2, block: int 
 
 def summary(rows: pd.DataFrame, examples: data.Split, metric: str = "bleu", base: str | None = None
             ) -> pd.DataFrame:  # fmt: skip
-    """One row per decoder: score, ms per sentence, time relative to CTranslate2 greedy with its
-    95 % interval (the paired bootstrap of bildlib.analysis.intervals over sentences), and speedup against
-    `base` (a decoder label: bildlib's vanilla large) with its interval."""
+    """One row per decoder: score, ms per sentence, time relative to the peer (`reference`: the
+    fastest CTranslate2 setting within TOL BLEU of its float32, named in column "peer") with its
+    95 % interval (the paired bootstrap of bildlib.analysis.intervals over sentences), and speedup
+    against `base` (a decoder label: bildlib's vanilla large) with its interval."""
     refs = examples.references
     piv = rows.pivot(index="id", columns="decoder", values="latency_s").sort_index()
     W = intervals.draws(len(piv))  # (B, n) resample counts, shared by every decoder (paired)
     mean = W @ piv.to_numpy() / len(piv)  # (B, decoders)
     col = {d: j for j, d in enumerate(piv.columns)}
-    out = []
+    scores = {}
     for d in piv.columns:
         hyp = rows[rows["decoder"] == d].sort_values("id")["output"].tolist()
-        sc = metrics.score(metric, hyp, [refs[i] for i in piv.index])
+        scores[d] = metrics.score(metric, hyp, [refs[i] for i in piv.index])
+    ct = [d for d in piv.columns if d.startswith("CTranslate2")]
+    peer = reference({d: scores[d].value for d in ct}, {d: piv[d].mean() for d in ct})
+    out = []
+    for d in piv.columns:
+        sc = scores[d]
         r = {"decoder": d, "score": sc.value, "signature": sc.signature, "ms": 1e3 * piv[d].mean()}
-        rel = mean[:, col[d]] / mean[:, col[NAME]]
-        r |= {"vs_ct2": piv[d].mean() / piv[NAME].mean(), **_iv("vs_ct2", rel)}
+        rel = mean[:, col[d]] / mean[:, col[peer]]
+        r |= {"vs_ct2": piv[d].mean() / piv[peer].mean(), **_iv("vs_ct2", rel), "peer": peer}
         if base is not None:
             sp = mean[:, col[base]] / mean[:, col[d]]
             r |= {"speedup": piv[base].mean() / piv[d].mean(), **_iv("speedup", sp)}

@@ -5,9 +5,10 @@ CTranslate2 ran 3.5x slower (docs/engines-cpu.md, *CTranslate2*). Requests are J
 {"tokens": [source tokens], "max": max_decoding_length} (and "min": min_decoding_length,
 to force a length); each answer is one JSON line,
 {"tokens": [output tokens], "s": seconds of translate_batch alone}. The first line it writes
-says it is ready: {"ready": true, "version": ..., "torch": false}.
+says it is ready: {"ready": true, "version": ..., "torch": false}. COMPUTE_TYPE is CTranslate2's
+(float32, the default; int8_float32, its int8 on a CPU, the weights quantized as it loads them).
 
-    python -m bildlib.bench.ct2worker MODEL_DIR THREADS
+    python -m bildlib.bench.ct2worker MODEL_DIR THREADS [COMPUTE_TYPE]
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import sys
 import time
 
 
-def serve(model_dir: str, threads: int) -> None:
+def serve(model_dir: str, threads: int, compute_type: str = "float32") -> None:
     import ctranslate2
 
-    tr = ctranslate2.Translator(model_dir, device="cpu", inter_threads=1, intra_threads=threads)
+    tr = ctranslate2.Translator(model_dir, device="cpu", inter_threads=1, intra_threads=threads,
+                                compute_type=compute_type)
     ready = {"ready": True, "version": ctranslate2.__version__, "torch": "torch" in sys.modules}
     print(json.dumps(ready), flush=True)
     for line in sys.stdin:
@@ -33,4 +35,4 @@ def serve(model_dir: str, threads: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]))
+    serve(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])

@@ -136,12 +136,13 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
                left_out: list[str] = ()) -> pd.DataFrame:  # fmt: skip
     """CTranslate2 greedy on the large checkpoint against vanilla large and the headline BiLD
     rows of `head` (peers.table) that ran on the run's engine, on the same `n_examples`, each
-    engine in its own process, alternated (bildlib.bench.ct2peer), each at its fastest thread count
-    of at most `threads` (a short probe of each, bench.threads.probe_threads, recorded in the
-    checks: CTranslate2's OpenMP runtime and torch's scale differently per CPU). Writes
-    <out>/ct2.csv (one row per decoder: score, ms, time relative to CTranslate2 with its 95 %
-    interval, speedup against vanilla large) and ct2_checks.json (the run: machine, versions, n,
-    each engine's threads and its probe, signature).
+    engine in its own process, alternated (bildlib.bench.ct2peer). CTranslate2 runs at every
+    setting a CPU user picks from (float32 and int8, at 1 .. `threads` threads: ct2peer.peers, each
+    timed on every sentence), and every row is compared with the fastest of them within 0.5 BLEU
+    of its float32 (ct2peer.reference); bildlib at its fastest thread count of at most `threads`
+    (a short probe, bench.threads.torch_threads, recorded in the checks). Writes <out>/ct2.csv (one
+    row per decoder: score, ms, time relative to that peer with its 95 % interval, speedup against
+    vanilla large) and ct2_checks.json (the run: machine, versions, n, threads, probe, signature).
     checkpoints: the sweep's replacements of the preset's models (runner.with_checkpoints);
     left_out: rows of the peers table not timed (ct2_again: their model is not built here)."""
     import hashlib
@@ -166,26 +167,28 @@ def versus_ct2(preset: str, grid: list[X.Config], head: pd.DataFrame, split: str
     labels = head[head["label"].str.startswith("bild")]["label"].tolist()
     picks = [base] + [c for c in grid if c.label in labels]
     ex = examples(models.preset, split, n_examples)
-    bl_t, bl_ms, ct_t, ct_ms = threads_.probe_threads(models, ex, threads)
-    run = [preset, split, n_examples, dtype, engine, threads, bl_t, ct_t, [c.label for c in picks]]
+    bl_t, bl_ms = threads_.bildlib_threads(models, ex, threads)
+    settings = ct2peer.peers(threads)
+    run = [preset, split, n_examples, dtype, engine, threads, bl_t, settings, [c.label for c in picks]]
     partial = Path(out) / f"ct2_rows-{hashlib.sha256(repr(run).encode()).hexdigest()[:12]}.partial.parquet"
-    rows = ct2peer.compare(models, picks, ex, bl_t, partial=partial, ct2_threads=ct_t)
+    rows = ct2peer.compare(models, picks, ex, bl_t, partial=partial, settings=settings)
     t = ct2peer.summary(rows, ex, models.preset.metric, base.label)
     names = dict(zip(head["label"], head["decoder"], strict=True))
     names[base.label] = f"vanilla large ({models.get('large').engine} engine)"  # the engine that ran here
     t.insert(1, "label", t["decoder"])
     t["decoder"] = t["label"].map(lambda x: names.get(x, x))
-    t["dtype"] = str(models.get("large").model.dtype).removeprefix("torch.")
+    t["dtype"] = models.get("large").precision
     plots.save_table(t.drop(columns="signature"), "ct2", out)
     cpu = torch.backends.cpu.get_cpu_capability() + (", native bf16" if native_bf16() else "")
     probe = ", ".join(f"{t}: {ms:.1f}" for t, ms in bl_ms.items())
-    probe_ct = ", ".join(f"{t}: {ms:.1f}" for t, ms in ct_ms.items())
-    checks = {"n": n_examples, "split": split, "threads": bl_t, "ct2 threads": ct_t,
+    checks = {"n": n_examples, "split": split, "threads": bl_t,
+              "ct2 settings": {d: f"{ct}, {n} threads" for d, (ct, n) in settings.items()},
+              "peer": t["peer"].iloc[0],
               "thread probe": f"ms per sentence by threads on {threads_.PROBE} sentences: bildlib vanilla "
-                              f"large {{{probe}}}, CTranslate2 {{{probe_ct}}}",
+                              f"large {{{probe}}}",
               "device": device_name(torch.device("cpu")),
               "engine": f"{models.get('large').engine} / ctranslate2",
-              "dtype": f"{t['dtype'].iloc[0]} (bildlib), float32 (CTranslate2)",
+              "dtype": f"{t['dtype'].iloc[0]} (bildlib); float32 and int8_float32 (CTranslate2)",
               "block": ct2peer.BLOCK, "warmup": ct2peer.WARMUP, "ctranslate2": rows.attrs["ctranslate2"],
               "signature": t["signature"].iloc[0],
               "processor": device_name(torch.device("cpu")), "cpu": cpu, "torch": torch.__version__,
@@ -214,18 +217,20 @@ def config_of(label: str) -> X.Config:
 
 
 def ct2_again(folder: str, dtype: str, n_examples: int = 1014, threads: int = 2, preset: str = "multi30k",
-              split: str = "val") -> pd.DataFrame:  # fmt: skip
+              split: str = "val", picks: str | None = None) -> pd.DataFrame:  # fmt: skip
     """make bench-ct2: CTranslate2 against vanilla large and the BiLD rows of the committed peers
     table in `folder` (its peers.csv: the rows the sweep picked), timed again on this machine,
     each engine at its fastest thread count (versus_ct2), into folder's ct2.csv and
     ct2_checks.json, without the sweep. Rows whose small model is not built here are left out,
-    and the checks say which."""
+    and the checks say which. `picks`: another folder whose peers.csv names the rows (the int8
+    run times the rows the default run's sweep picked)."""
     from bildlib import REPO_ROOT
     from bildlib.experiments import presets
     from bildlib.models import locate
 
     out = REPO_ROOT / folder
-    head = pd.read_csv(out / "peers.csv")
+    out.mkdir(parents=True, exist_ok=True)
+    head = pd.read_csv(REPO_ROOT / (picks or folder) / "peers.csv")
     bild = head[head["label"].str.startswith("bild-", na=False)]
     grid = [config_of(lb) for lb in bild["label"]]
     p, missing = presets.get(preset), set()
@@ -245,11 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bildlib.bench.peers",
                                  description=ct2_again.__doc__.split(":")[0])  # fmt: skip
     ap.add_argument("folder", help="a make bench folder with its peers.csv, e.g. figures/peers/val")
-    ap.add_argument("--dtype", default="auto", help="auto (make bench's default run) or float32")
+    ap.add_argument("--dtype", default="auto", help="auto (make bench's default run), float32 or int8")
+    ap.add_argument("--picks", help="the folder whose peers.csv names the rows (default: folder)")
     ap.add_argument("--n", type=int, default=1014, help="val sentences (1014: all)")
     ap.add_argument("--threads", type=int, default=2, help="the most threads each engine is probed at")
     a = ap.parse_args(argv)
-    print(ct2_again(a.folder, a.dtype, a.n, a.threads).to_string(index=False))
+    print(ct2_again(a.folder, a.dtype, a.n, a.threads, picks=a.picks).to_string(index=False))
     return 0
 
 

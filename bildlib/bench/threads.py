@@ -64,6 +64,18 @@ def torch_threads(decode, sources: list, options=(1, 2), rounds: int = 2, clock=
 PROBE = 8  # sentences each thread count of each engine is timed on before the comparison
 
 
+def bildlib_threads(models, ex, threads: int, n: int = PROBE) -> tuple[int, dict]:
+    """(bildlib's fastest torch threads, their ms) on the first `n` sentences of ex: its vanilla
+    large in this process (torch_threads)."""
+    from bildlib import experiments as X
+    from bildlib.experiments import measure
+
+    lm, p = models.get("large"), models.preset
+    src = [lm.encode(p.prompt(s)) for s in ex.sources[:n]]
+    decode = lambda x: measure.decode(X.vanilla("large"), models, x, p.max_new_tokens)  # noqa: E731
+    return torch_threads(decode, src, thread_options(threads))
+
+
 def probe_threads(models, ex, threads: int, n: int = PROBE) -> tuple[int, dict, int, dict]:
     """(bildlib's fastest torch threads, their ms, CTranslate2's fastest intra threads, their ms)
     on the first PROBE sentences of ex: bildlib's vanilla large in this process, CTranslate2 in a

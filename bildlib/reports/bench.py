@@ -137,9 +137,15 @@ def ct2(root: Path, f: str = "figures/peers/val") -> str:
     if not t["decoder"].str.startswith("CTranslate2").any():
         raise ReportError(f"{f}/ct2.csv: no CTranslate2 row")
     best = t[t["decoder"].str.contains("≤")].nsmallest(1, "ms")
-    lead = ("" if best.empty else
-            f"The fastest BiLD within 0.5 BLEU ({best['label'].iloc[0]}) takes "
-            f"**{ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** CTranslate2 greedy's time.\n\n")  # fmt: skip
+    peer = t["peer"].iloc[0] if "peer" in t else "CTranslate2 greedy"  # runs before the settings: one peer
+    vanilla = t[t["decoder"].str.startswith("vanilla large")]
+    lead = f"The peer: **{peer}**, the fastest CTranslate2 setting within 0.5 BLEU of its float32.\n\n" \
+        if "peer" in t else ""
+    lead += "" if vanilla.empty or "peer" not in t else (
+        f"bildlib's vanilla large takes **{ci(vanilla.iloc[0], 'vs_ct2', '.2f', '×')}** its time. ")
+    lead += ("" if best.empty else
+             f"The fastest BiLD within 0.5 BLEU ({best['label'].iloc[0]}) takes "
+             f"**{ci(best.iloc[0], 'vs_ct2', '.2f', '×')}** {peer}'s time.\n\n")  # fmt: skip
     rows = [[r["decoder"], f"{r['score']:.2f}", f"{r['ms']:.1f}", ci(r, "vs_ct2", ".2f", "×"),
              ci(r, "speedup", ".2f", "×")] for _, r in t.iterrows()]  # fmt: skip
     if c.get("left out"):
@@ -148,13 +154,18 @@ def ct2(root: Path, f: str = "figures/peers/val") -> str:
     return (f"*`{f}`: n = {c['n']} {c['split']} sentences, {t['dtype'].iloc[0]}, {c['processor']} "
             f"({c['cpu']}), {_threads(c)}, CTranslate2 {c['ctranslate2']}; each engine in its own "
             f"process, alternated in blocks of {c['block']} sentences; `{c['signature']}`.*\n\n" + lead
-            + md_table(["decoder", "BLEU", "ms / sentence", "time vs CTranslate2 greedy [95 %]",
+            + md_table(["decoder", "BLEU", "ms / sentence", "time vs the peer [95 %]" if "peer" in t else
+                        "time vs CTranslate2 greedy [95 %]",
                       "speedup vs vanilla large [95 %]"], rows))  # fmt: skip
 
 
 def _threads(c: dict) -> str:
     """The thread counts a ct2 run timed each engine at: each engine's fastest, from a probe, in
     runs that made one; one count for both in earlier runs."""
+    if "ct2 settings" in c:
+        n = c["threads"]
+        return (f"bildlib at {n} thread{'' if n == 1 else 's'}, its fastest ({c['thread probe']}); "
+                f"CTranslate2 at {', '.join(c['ct2 settings'].values())}")
     if "ct2 threads" not in c:
         return f"{c['threads']} threads each"
     n = c["threads"]
