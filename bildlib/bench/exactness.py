@@ -102,7 +102,8 @@ def _resolved(engine: str, dtype: str) -> str:
     from bildlib.models import auto_engine
 
     config = AutoConfig.from_pretrained(PRESETS["multi30k"].model("large"))
-    return auto_engine(config, getattr(torch, dtype), "cpu")
+    weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)  # int8: float32 weights
+    return auto_engine(config, weights, "cpu")
 
 
 def cost(n: int | None, dtype: str, threads: int = 2) -> list[dict]:
@@ -183,7 +184,7 @@ def sweep(n: int, dtypes: list[str], out: Path = OUT, timeout_s: int = 3600) -> 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "int8"])
     ap.add_argument("--n", type=int, default=1014, help="val sentences (1014: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine", default="auto", choices=["auto", "lean", "native"],

@@ -126,6 +126,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "exactness": lambda r: _exactness().block(r),  # docs/row-invariance.md
     "native-calls": lambda r: _bench().calls_block(r),
     "native-calls-float32": lambda r: _bench().calls_block(r, "figures/engines/calls-native-float32.csv"),
+    "native-calls-int8": lambda r: _bench().calls_block(r, "figures/engines/calls-native-int8.csv"),
     "anatomy": lambda r: _anatomy().block(r),  # docs/engines-cpu.md
     "release": lambda r: release.block(r, off_release(r), docs_off_release(r)),  # README
     "claims": lambda r: _claims().block(r),  # README
