@@ -107,6 +107,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "authors-point": lambda r: table1(r, "figures/authors", "point"),
     "latency": latency, "fig8": fig8, "peers-val": peers_val, "pair": pair,
     "peers-val-float32": peers_val_fp32, "ct2-float32": ct2_fp32,
+    "ct2-int8": lambda r: ct2(r, "figures/peers/val-int8"),
     "dtype": lambda r: _bench().dtype_block(r), "targets": lambda r: _bench().summary_block(r),
     "targets-detail": lambda r: _bench().targets_block(r),  # docs/results.md
     "tutorial": tutorial,  # docs/teaching.md
