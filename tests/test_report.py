@@ -171,13 +171,15 @@ def test_no_block_ever_prints_nan(tree, monkeypatch):
 
 
 def test_the_ctranslate2_block_needs_its_peer_row_and_finite_numbers(tree):
-    f = tree / "figures" / "peers" / "val" / "ct2.csv"  # README's block; docs/results.md has float32
+    f = tree / "figures" / "peers" / "val-int8" / "ct2.csv"  # README's block; docs/results.md has the others
     t = pd.read_csv(f)
-    assert t["decoder"].str.startswith("CTranslate2").sum() == 1
+    assert t["decoder"].str.startswith("CTranslate2").sum() == 4  # float32 and int8, 1 and 2 threads
+    assert set(t["peer"]) <= set(t["decoder"])
+    assert "**" + t["peer"].iloc[0] + "**" in report.render(README, tree)  # the block names the peer
     bad = t.copy()
     bad.loc[bad.index[-1], "vs_ct2"] = float("nan")
     bad.to_csv(f, index=False)
-    with pytest.raises(report.ReportError, match=r"peers/val/ct2.csv: column 'vs_ct2' is nan"):
+    with pytest.raises(report.ReportError, match=r"peers/val-int8/ct2.csv: column 'vs_ct2' is nan"):
         report.render(README, tree)
     t[~t["decoder"].str.startswith("CTranslate2")].to_csv(f, index=False)
     with pytest.raises(report.ReportError, match="no CTranslate2 row"):

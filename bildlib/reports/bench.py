@@ -165,7 +165,7 @@ def _threads(c: dict) -> str:
     if "ct2 settings" in c:
         n = c["threads"]
         return (f"bildlib at {n} thread{'' if n == 1 else 's'}, its fastest ({c['thread probe']}); "
-                f"CTranslate2 at {', '.join(c['ct2 settings'].values())}")
+                f"CTranslate2 at {', '.join(k.removeprefix('CTranslate2 ') for k in c['ct2 settings'])}")
     if "ct2 threads" not in c:
         return f"{c['threads']} threads each"
     n = c["threads"]
