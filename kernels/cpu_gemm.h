@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace gemm {
@@ -100,6 +101,38 @@ inline void tiles(const float* xt, int64_t n, const float* p, int64_t c, float* 
   }
 }
 
+// f(R, C) with R rows of a group of g (1-12) and the C blocks a tile of them covers, as
+// std::integral_constant: 1-3 rows over 4 blocks, 4-6 over 2, 7-12 over 1 (at most 12 sums in
+// registers). Both products (this file's and cpu_gemm8.h's) pick their tiles so.
+template <class F>
+inline void by_rows(int64_t g, F&& f) {
+  using std::integral_constant;
+  switch (g) {
+    case 1: return f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+    case 2: return f(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+    case 3: return f(integral_constant<int, 3>{}, integral_constant<int, 4>{});
+    case 4: return f(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+    case 5: return f(integral_constant<int, 5>{}, integral_constant<int, 2>{});
+    case 6: return f(integral_constant<int, 6>{}, integral_constant<int, 2>{});
+    case 7: return f(integral_constant<int, 7>{}, integral_constant<int, 1>{});
+    case 8: return f(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    case 9: return f(integral_constant<int, 9>{}, integral_constant<int, 1>{});
+    case 10: return f(integral_constant<int, 10>{}, integral_constant<int, 1>{});
+    case 11: return f(integral_constant<int, 11>{}, integral_constant<int, 1>{});
+    default: return f(integral_constant<int, 12>{}, integral_constant<int, 1>{});
+  }
+}
+
+// res (k, m) or (1, m) float32, contiguous, or an undefined tensor where there is none; `what`
+// names the entry in the error
+inline at::Tensor residual(const c10::optional<at::Tensor>& res, int64_t k, int64_t m, const char* what) {
+  if (!res || !res->defined()) return at::Tensor();
+  TORCH_CHECK(res->dim() == 2 && res->size(1) == m && (res->size(0) == k || res->size(0) == 1) &&
+                  res->scalar_type() == at::kFloat,
+              what, ": res (k, m) or (1, m) float32, got ", res->sizes());
+  return res->contiguous();
+}
+
 // y (k, m) = x (k, n) W^T (+ res, row r at res + r rs: rs 0 adds one row to all) (relu), W packed
 // (pack). Up to 12 rows go in one pass over W, so that W streams from memory once while the sums
 // run: 1-3 rows over 4 blocks at a time, 4-6 over 2, 7-12 over 1 (at most 12 sums in registers);
@@ -121,20 +154,7 @@ inline void rows(const float* x, int64_t k, int64_t n, const float* p, int64_t m
       for (int64_t b = q0 * 4; b < std::min(nb, q1 * 4); b += C) {
         const int64_t c = std::min(C, nb - b), c0 = b * NB, w = std::min(C * NB, m - c0);
         const float* pb = p + b * n * NB;
-        switch (g) {
-          case 1: tiles<1, 4>(xt, n, pb, c, t); break;
-          case 2: tiles<2, 4>(xt, n, pb, c, t); break;
-          case 3: tiles<3, 4>(xt, n, pb, c, t); break;
-          case 4: tiles<4, 2>(xt, n, pb, c, t); break;
-          case 5: tiles<5, 2>(xt, n, pb, c, t); break;
-          case 6: tiles<6, 2>(xt, n, pb, c, t); break;
-          case 7: tiles<7, 1>(xt, n, pb, c, t); break;
-          case 8: tiles<8, 1>(xt, n, pb, c, t); break;
-          case 9: tiles<9, 1>(xt, n, pb, c, t); break;
-          case 10: tiles<10, 1>(xt, n, pb, c, t); break;
-          case 11: tiles<11, 1>(xt, n, pb, c, t); break;
-          default: tiles<12, 1>(xt, n, pb, c, t); break;
-        }
+        by_rows(g, [&](auto R, auto Cb) { tiles<decltype(R)::value, decltype(Cb)::value>(xt, n, pb, c, t); });
         for (int64_t q = 0; q < g; ++q) {
           float* yr = y + (r + q) * m + c0;
           const float* tr = t + q * C * NB;
@@ -160,13 +180,7 @@ inline at::Tensor linear(at::Tensor x, const at::Tensor& p, int64_t m, const c10
               "linear: W packed (ceil(m / 8), in, 8) for x ", x.sizes(), " and m = ", m, ", got ", p.sizes());
   x = x.contiguous();
   const int64_t k = x.size(0);
-  at::Tensor r;
-  if (res && res->defined()) {
-    TORCH_CHECK(res->dim() == 2 && res->size(1) == m && (res->size(0) == k || res->size(0) == 1) &&
-                    res->scalar_type() == at::kFloat,
-                "linear: res (k, m) or (1, m) float32, got ", res->sizes());
-    r = res->contiguous();
-  }
+  const at::Tensor r = residual(res, k, m, "linear");
   auto y = at::empty({k, m}, x.options());
   rows(x.data_ptr<float>(), k, x.size(1), p.data_ptr<float>(), m, r.defined() ? r.data_ptr<float>() : nullptr,
        r.defined() && r.size(0) == k ? m : 0, relu, y.data_ptr<float>());

@@ -29,6 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cpu_gemm.h"  // by_rows, residual
+
 namespace gemm8 {
 
 constexpr int64_t NB = 8;  // outputs per block: one vector of 8 int32 sums
@@ -169,7 +171,7 @@ inline void rows(const float* x, int64_t k, int64_t n, const int8_t* p, const fl
   std::vector<int32_t> xv(n2 * std::min<int64_t>(12, k));
   std::vector<float> sx(k);
   for (int64_t r = 0; r < k;) {
-    const int64_t g = std::min<int64_t>(12, k - r), C = g <= 3 ? 4 : g <= 6 ? 2 : 1;
+    const int64_t g = std::min<int64_t>(12, k - r), C = g <= 3 ? 4 : g <= 6 ? 2 : 1;  // as gemm::by_rows
     int32_t* xt = xv.data();
     for (int64_t q = 0; q < g; ++q) {
       sx[r + q] = quantize(x + (r + q) * n, n, codes.data());
@@ -180,20 +182,7 @@ inline void rows(const float* x, int64_t k, int64_t n, const int8_t* p, const fl
       for (int64_t b = q0 * 4; b < std::min(nb, q1 * 4); b += C) {
         const int64_t c = std::min(C, nb - b), c0 = b * NB;
         const int8_t* pb = p + b * n2 * NB * 2;
-        switch (g) {
-          case 1: tiles<1, 4>(xt, n2, pb, c, t); break;
-          case 2: tiles<2, 4>(xt, n2, pb, c, t); break;
-          case 3: tiles<3, 4>(xt, n2, pb, c, t); break;
-          case 4: tiles<4, 2>(xt, n2, pb, c, t); break;
-          case 5: tiles<5, 2>(xt, n2, pb, c, t); break;
-          case 6: tiles<6, 2>(xt, n2, pb, c, t); break;
-          case 7: tiles<7, 1>(xt, n2, pb, c, t); break;
-          case 8: tiles<8, 1>(xt, n2, pb, c, t); break;
-          case 9: tiles<9, 1>(xt, n2, pb, c, t); break;
-          case 10: tiles<10, 1>(xt, n2, pb, c, t); break;
-          case 11: tiles<11, 1>(xt, n2, pb, c, t); break;
-          default: tiles<12, 1>(xt, n2, pb, c, t); break;
-        }
+        gemm::by_rows(g, [&](auto R, auto Cb) { tiles<decltype(R)::value, decltype(Cb)::value>(xt, n2, pb, c, t); });
         for (int64_t q = 0; q < g; ++q)
           for (int64_t j = 0; j < c; ++j) {  // the float epilogue, 8 outputs at a time
             const int64_t o = c0 + j * NB, wj = std::min(NB, m - o);
@@ -219,13 +208,7 @@ inline at::Tensor linear(at::Tensor x, const at::Tensor& p, const at::Tensor& s,
               " outputs, got ", p.sizes());
   x = x.contiguous();
   const int64_t k = x.size(0);
-  at::Tensor r;
-  if (res && res->defined()) {
-    TORCH_CHECK(res->dim() == 2 && res->size(1) == m && (res->size(0) == k || res->size(0) == 1) &&
-                    res->scalar_type() == at::kFloat,
-                "linear8: res (k, m) or (1, m) float32, got ", res->sizes());
-    r = res->contiguous();
-  }
+  const at::Tensor r = gemm::residual(res, k, m, "linear8");
   auto y = at::empty({k, m}, x.options());
   rows(x.data_ptr<float>(), k, x.size(1), p.data_ptr<int8_t>(), s.data_ptr<float>(), m,
        r.defined() ? r.data_ptr<float>() : nullptr, r.defined() && r.size(0) == k ? m : 0, relu, y.data_ptr<float>());

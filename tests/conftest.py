@@ -213,6 +213,16 @@ def sentences(n, seed):
 
 
 @pytest.fixture(scope="module")
+def mod():
+    """The native engine's built C++ module (bildlib.kernels.cpu), for the tests of its products."""
+    from bildlib.kernels import cpu
+
+    m = cpu.load()
+    assert m is not None, cpu.why()
+    return m
+
+
+@pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     """The tiny models saved under PRESET's hub names (pass as $BILD_MODELS)."""
     from bildlib.experiments import presets

@@ -8,17 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bildlib.kernels import cpu
 from bildlib.models import linear, rowinv
 
 pytestmark = pytest.mark.timeout(600)  # the first test in a clean clone builds the library
-
-
-@pytest.fixture(scope="module")
-def mod():
-    m = cpu.load()
-    assert m is not None, cpu.why()
-    return m
 
 
 SHAPES = [(1, 1), (5, 3), (31, 17), (32, 64), (33, 7), (70, 129), (384, 384), (1000, 40)]

@@ -9,17 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from bildlib.kernels import cpu
 from bildlib.models import rowinv
 
 pytestmark = pytest.mark.timeout(600)  # the first test in a clean clone builds the library
-
-
-@pytest.fixture(scope="module")
-def mod():
-    m = cpu.load()
-    assert m is not None, cpu.why()
-    return m
 
 
 def quantize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -43,10 +43,13 @@ def peer_name(compute: str, threads: int) -> str:
     return f"CTranslate2 {compute} ({threads} thread{'' if threads == 1 else 's'})"
 
 
+def thread_options(threads: int) -> tuple[int, ...]:
+    """The thread counts tried with up to `threads` CPU threads: 1, 2, 4, ... and threads."""
+    return tuple(sorted({t for t in (1, 2, 4, 8, 16) if t <= threads} | {max(1, threads)}))
+
+
 def peers(threads: int) -> dict[str, tuple[str, int]]:
     """Every setting make bench-ct2 times: each compute type at 1, 2, ... `threads` threads."""
-    from bildlib.bench.threads import thread_options
-
     return {peer_name(c, t): (COMPUTE[c], t) for c in COMPUTE for t in thread_options(threads)}
 
 

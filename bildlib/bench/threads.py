@@ -13,11 +13,7 @@ from pathlib import Path
 
 from bildlib import data
 from bildlib.bench import ct2peer
-
-
-def thread_options(threads: int) -> tuple[int, ...]:
-    """The thread counts a probe tries with up to `threads` CPU threads: 1, 2, 4, ... and threads."""
-    return tuple(sorted({t for t in (1, 2, 4, 8, 16) if t <= threads} | {max(1, threads)}))
+from bildlib.bench.ct2peer import thread_options
 
 
 def ct2_threads(model_dir: Path, sources: list[list[str]], max_len: int, options=(1, 2),
