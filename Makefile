@@ -15,7 +15,7 @@ SHARED_DATA := $(abspath ../shared/data)
 export BILD_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k/val.de.gz),$(SHARED_DATA))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun reproduce tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness test-cpus cards clean-venv
+.PHONY: setup lab test test-e2e test-lab lint release course grade fig4 fig4-authors fig4-int8 figures figures-full headline report bench bench-ct2 ct2 bench-grid bench-batch gpu-check tutorial paper-dryrun reproduce tokenizer models models-ee models-student models-candidates small-models small-models-mixed pet figures-ee models-lm figures-lm figures-lm-student quantized quantized-bench exactness test-cpus cards clean-venv
 
 setup: $(STAMP)
 
@@ -113,6 +113,16 @@ FIG4_AUTHORS = $(PAPERMILL) -p rules authors -p out_dir $(AUTHORS_OUT) notebooks
 fig4-authors: $(STAMP)
 	@mkdir -p build/notebooks
 	$(FIG4_AUTHORS)
+
+# Fig. 4's sweep (the first 100 val sentences) over the int8 pair (dtype int8: the native engine's
+# int8 products) and, on the same machine, over float32 (the dtype the int8 weights come from): two
+# frontiers side by side, each against its own vanilla large (docs/quantization.md). About 15 min on
+# 2 CPU cores.
+INT8_OUT ?= figures/int8
+fig4-int8: $(STAMP)
+	@mkdir -p build/notebooks
+	for d in int8 float32; do $(PAPERMILL) -p dtype $$d -p engine native -p out_dir $(INT8_OUT)/fig4-$$d \
+	  notebooks/fig4.ipynb build/notebooks/fig4-$$d.ipynb || exit 1; done
 
 # All of Multi30k val (1,014 sentences) instead of the default first 100.
 figures-full: PM_ARGS = -p n_examples 1014 -p out_dir figures/full
@@ -256,7 +266,7 @@ exactness: $(STAMP)
 # The engine and row-invariance tests on emulated AVX2 CPUs (no AVX512, no native bf16, as most
 # student laptops), from any x86 machine: Debian's qemu-user runs the venv's Python under TCG, where
 # torch reports AVX2 and refuses oneDNN's bf16 packing; then lossless BiLD against vanilla on the
-# first CPUS_N val sentences in both dtypes (rows in figures/exactness/exactness.csv, ISA "AVX2,
+# first CPUS_N val sentences in bf16, float32 and int8 (rows in figures/exactness/exactness.csv, ISA "AVX2,
 # emulated"). Each CPU model in turn: an AMD EPYC Milan (family 25 model 1: MKL and OpenBLAS pick
 # their AMD paths) and an Intel Haswell. It only emulates downward: QEMU 7.2's TCG has no AVX512 or
 # AMX. On this project's AMD EPYC (family 25 model 17, 2 CPUs) the tests took 21 min under the Haswell
@@ -269,7 +279,7 @@ test-cpus: $(STAMP)
 	set -eo pipefail; for cpu in $(CPUS); do q="qemu-x86_64 -cpu $$cpu"; echo "== $$q"; export BILD_EMULATED=$$cpu; \
 	  $$q $(BIN)/python -c 'import torch; c = torch.backends.cpu.get_cpu_capability(); print("torch sees", c); assert c != "AVX512", c' 2>&1 | grep -v "TCG doesn't support"; \
 	  $$q $(BIN)/python -m pytest -q -p no:cacheprovider -o addopts="-ra --durations=10" $(CPUS_TESTS) 2>&1 | grep -v "TCG doesn't support"; \
-	  for d in bfloat16 float32; do $$q $(BIN)/python -m bildlib.bench.exactness --strict --dtype $$d --n $(CPUS_N) 2>&1 | grep -v "TCG doesn't support"; done; done
+	  for d in bfloat16 float32 int8; do $$q $(BIN)/python -m bildlib.bench.exactness --strict --dtype $$d --n $(CPUS_N) 2>&1 | grep -v "TCG doesn't support"; done; done
 
 gpu-check: $(STAMP)
 	$(BIN)/python -m bildlib.bench.gpu --plan

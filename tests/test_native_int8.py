@@ -30,6 +30,7 @@ def test_every_product_in_int8_and_logits_near_float32(kind):
     lm = LM(int8(tiny(kind)), tiny_tokenizer(), "int8", engine="auto")
     impl = lm.impl
     assert lm.engine == "native" and impl.int8 and lm.call_check.passed
+    assert lm.call_check.dtype == "int8" and ref.call_check.dtype == "float32"  # as a checks file names them
     kinds = {type(p).__name__ for w in impl.enc + impl.dec for n, p in w.items() if n.endswith("_l")}
     assert kinds | {type(impl.lm_l).__name__} == {"NativeInt8"}
     src, toks = [5, 9, 11, 3, 1], [0, 7, 8, 9, 10, 11]

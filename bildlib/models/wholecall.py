@@ -136,7 +136,7 @@ def settle(lm) -> Verdict | None:
     name = Path(lm.name).name if Path(lm.name).exists() else lm.name  # a folder's name; hub ids whole
     if not hasattr(impl, "set_rows") or rowinv.FIRST_ONLY:
         return None
-    threads, dtype = torch.get_num_threads(), str(impl.model.dtype).removeprefix("torch.")
+    threads, dtype = torch.get_num_threads(), lm.precision  # "int8" for the native int8 products
     key = (impl.arch, dtype, threads)
     done = _DONE.setdefault(impl.model, {})
     if key in done:
