@@ -11,7 +11,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from bildlib.analysis import claims, verdicts
+from bildlib.analysis import claims, numbers, verdicts
 from bildlib.analysis.tables import ReportError
 from bildlib.reports import readme as report
 from conftest import REPO
@@ -58,7 +58,7 @@ def test_the_committed_block_is_the_rendered_one():
     body = next(m["body"] for m in report.BLOCK.finditer(text) if m["name"] == "claims")
     assert body.strip() == claims.block(REPO).strip()
     got = _verdicts(REPO)
-    assert len(got) == 8 and {v.split(" (")[0] for v in got.values()} <= set(verdicts.VERDICTS)
+    assert len(got) == 13 and {v.split(" (")[0] for v in got.values()} <= set(verdicts.VERDICTS)
     assert verdicts.RULE in body  # the legend is the rule the code applies
 
 
@@ -142,14 +142,14 @@ def test_early_exit_picks_on_the_interval(tree):
 
 def test_the_bar_is_the_papers_number(tree):
     """Fig. 2: the paper's "approximately 20 %" is the bar, not 50 %: 26 % measured does not hold."""
-    c = _claim(tree, claims.agreement)
+    c = _claim(tree, numbers.agreement)
     assert "at most 20 %" in c.parts[0].what
     o = pd.read_csv(tree / "figures" / "fig2.csv")
     o = o[o["method"] == "oracle"].sort_values("large_pct")
     first = o[o["delta_lo"] >= -0.2].iloc[0]
     assert c.parts[0].holds == (first["large_pct"] <= 20)
     _edit(tree / "figures" / "fig2.csv", {"label": "oracle-small-t0.05"}, delta=0.1, delta_lo=-0.1)
-    assert _claim(tree, claims.agreement).verdict == "holds"  # 14 % at 95 %
+    assert _claim(tree, numbers.agreement).verdict == "holds"  # 14 % at 95 %
 
 
 def test_ablations_judge_both_bars_and_say_the_point_rule(tree):
@@ -177,11 +177,14 @@ def test_a_changed_committed_number_moves_the_verdict(tree):
 
 def test_every_paper_number_shown_comes_from_reported_csv(tree):
     p = pd.read_csv(REPO / "data" / "paper" / "reported.csv")
-    speedups = {f"{x:.2f}" for x in p["speedup"].dropna()}
-    for line in claims.block(REPO).splitlines()[2:10]:
+    text = pd.read_csv(REPO / "data" / "paper" / "text.csv")
+    speedups = {f"{x:.2f}" for x in [*p["speedup"].dropna(), *text["value"]]}
+    for line in claims.block(REPO).splitlines()[2:15]:
         paper = line.strip("|").split(" | ")[1]
         for x in re.findall(r"(\d+\.\d\d)×", paper):
-            assert x in speedups, f"{x}× in the paper's column is not in reported.csv: {paper}"
+            assert x in speedups, (
+                f"{x}× in the paper's column is in neither reported.csv nor text.csv: {paper}"
+            )
     # and it is read, not remembered: a changed paper number shows in the block
     f = tree / "data" / "paper" / "reported.csv"
     q = p.copy()
@@ -217,3 +220,46 @@ def test_bad_files_are_named(tree):
     t[t["variant"] != "No rollback"].to_csv(tree / "figures" / "fig5_best.csv", index=False)
     with pytest.raises(ReportError, match="fig5_best.csv: 0 rows with"):
         claims.block(tree)
+
+
+def test_the_papers_numbers_are_the_bars(tree):
+    """The abstract's 2.12×, Fig. 8's 5× and v1 Fig. 6's 97 % are read from data/paper/text.csv: a lower
+    number there moves the verdict; a missing row is named."""
+    f = tree / "data" / "paper" / "text.csv"
+    assert _claim(tree, numbers.headline).verdict == "does not hold here"
+    _edit(f, {"where": "Abstract"}, value=1.3)  # below the fastest pick's lower end
+    assert _claim(tree, numbers.headline).verdict == "holds"
+    _edit(f, {"where": "Fig. 8", "quantity": "memory operations (vanilla over BiLD)"}, value=3)
+    c = _claim(tree, numbers.fig8)
+    assert [p.holds for p in c.parts] == [True, False, True, False]  # 2.6x fewer bytes rounds to 3
+    _edit(f, {"where": "Fig. 6"}, value=90)
+    assert _claim(tree, numbers.faster_examples).verdict == "holds"  # 97 of 100: [91.5, 99.0]
+    t = pd.read_csv(f)
+    t[t["where"] != "Fig. 2"].to_csv(f, index=False)
+    with pytest.raises(ReportError, match="text.csv: 0 rows for 'Fig. 2'"):
+        claims.block(tree)
+
+
+def test_the_wilson_interval():
+    lo, hi = numbers.wilson(97, 100)
+    assert (round(lo, 4), round(hi, 4)) == (0.9155, 0.9897)  # the textbook value
+    assert numbers.wilson(0, 10)[0] == 0 and numbers.wilson(10, 10)[1] == pytest.approx(1)
+
+
+def test_language_modelling_names_why(tree):
+    """BiLD slower than vanilla at every fallback within the bar: the reason says so; made faster
+    than the paper's number, it still lacks a perplexity interval."""
+    c = _claim(tree, numbers.language_modelling)
+    assert c.verdict == "does not hold here" and all("slower than vanilla" in p.reason for p in c.parts)
+    _edit(
+        tree / "figures" / "table2_lm.csv",
+        {"row": "BiLD"},
+        gen_speedup=3.0,
+        gen_speedup_lo=2.9,
+        gen_speedup_hi=3.1,
+    )
+    c = _claim(tree, numbers.language_modelling)
+    assert (
+        all(p.point and p.reason == verdicts.NO_INTERVAL for p in c.parts)
+        and c.verdict == "does not hold here"
+    )

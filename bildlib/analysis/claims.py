@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bildlib.analysis import numbers
 from bildlib.analysis.tables import read_csv, read_json
 from bildlib.analysis.verdicts import (
     NO_INTERVAL,
@@ -48,10 +49,12 @@ WHERE = {
     "table5": "figures",
     "fig7": "figures",
     "fig2": "figures",
+    "fig8": "figures",
+    "table2_lm": "figures",
+    "scatter": "figures",
 }
 MODELS = ("BiLD (unaligned)", "BiLD (aligned)")  # the paper's; the student is this project's own
 SHORT = ("unaligned", "aligned")  # the paper's rows: bild-unaligned, bild-aligned
-FIG2_PCT = 20  # Fig. 2's text: the large model corrects "approximately 20 %" of the small model's tokens
 
 
 def no_loss(root: Path, p: pd.DataFrame, where: dict = WHERE) -> Claim:
@@ -249,33 +252,16 @@ def early_exit(root: Path, p: pd.DataFrame, where: dict = WHERE) -> Claim:
     )
 
 
-def agreement(root: Path, p: pd.DataFrame, where: dict = WHERE) -> Claim:
-    t = read_csv(root, f"{where['fig2']}/fig2.csv")
-    o = t[t["method"] == "oracle"].sort_values("large_pct")
-
-    def first(col: str):  # the fewest large tokens that reach vanilla large's BLEU
-        ok = o[o[col] >= -NO_LOSS]
-        return None if ok.empty else ok.iloc[0]
-
-    pt, iv = first("delta"), first("delta_lo")
-    if pt is None:
-        part = missing("oracle", "no oracle row reaches vanilla large's BLEU")
-    else:
-        at = "none" if iv is None else f"{iv.large_pct:.0f} %"
-        part = Part(f"the large model writes {pt['large_pct']:.0f} % of the tokens to reach vanilla large's "
-                    f"BLEU ({_d(pt)}); {at} at 95 %; the bar: at most {FIG2_PCT:g} %",
-                    pt["large_pct"] <= FIG2_PCT, iv is not None and iv["large_pct"] <= FIG2_PCT,
-                    "oracle")  # fmt: skip
-    return Claim(
-        "The small model's tokens mostly stand: the large one corrects only a few (Fig. 2)",
-        f'Fig. 2: the large model replaces "approximately {FIG2_PCT:g} %" of the tokens (the paper\'s text)',
-        [part],
-        f"{where['fig2']}/fig2.csv",
-        _run(root, f"{where['fig2']}/fig2_checks.json"),
-    )
-
-
-CLAIMS = (no_loss, within_one, alignment, ablations, speculative, nucleus, early_exit, agreement)
+CLAIMS = (
+    no_loss,
+    within_one,
+    alignment,
+    ablations,
+    speculative,
+    nucleus,
+    early_exit,
+    *numbers.CLAIMS,
+)
 
 
 def claims(root: Path, p: pd.DataFrame, where: dict = WHERE, which=CLAIMS) -> list[Claim]:
