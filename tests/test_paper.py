@@ -272,3 +272,30 @@ def test_cuda_branches_logic_on_cpu():
     assert cluster.resources(FakeRay({"CPU": 8}), "auto", 2) == ({"num_cpus": 2}, "cpu")
     with pytest.raises(ValueError, match="asks for 1 GPUs"):
         cluster.resources(FakeRay({"CPU": 8}), "cuda", 2)
+
+
+def test_paper_presets_truncate_and_stop_as_the_authors_script():
+    """The paper presets: α_RB every integer in [1, 10]; sources cut to 1024 tokens with the EOS kept
+    (the tokenizer's own truncation, as Hugging Face's run_translation), at most 127 new tokens
+    (its max_length 128 counts the start token); the embedded default keeps whole sources."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from bildlib.experiments import preflight
+    from bildlib.models import LM
+
+    for name in dryrun.PAPER:
+        p = presets.get(name)
+        assert (p.max_source_tokens, p.max_new_tokens) == (1024, 127), name
+    assert presets.get("wmt2014-mt5").rollback_grid == tuple(float(x) for x in range(1, 11))
+    assert presets.get("multi30k").max_source_tokens is None
+    text = preflight.describe(preflight.plan("iwslt2017-mt5", "cpu", 4, 10))
+    assert "α_RB 1, 2, 3, 4, 5, 6, 7, 8, 9, 10; sources truncated to 1024 tokens; at most 127 new" in text
+    lm = SimpleNamespace(tok=AutoTokenizer.from_pretrained(REPO / "data" / "checkpoints" / "multi30k-large"))
+    p = presets.dataclasses.replace(presets.get("multi30k"), max_source_tokens=6)
+    src = "ein mann mit einem roten hut sitzt auf einer bank im park"
+    model = SimpleNamespace(encode=lambda t, m: LM.encode(lm, t, m))
+    whole, cut = LM.encode(lm, src), p.source_ids(model, src)
+    eos = lm.tok.eos_token_id
+    assert len(whole) > 6 and whole[-1] == eos and cut == [*whole[:5], eos]

@@ -76,7 +76,7 @@ def calls_of(preset: str, config: Config, models, rows: pd.DataFrame) -> pd.Data
     tok, out = lms[config.model], []
     for r in rows.itertuples():
         with recording(lms) as calls:
-            ids, tr = measure.decode(config, models, tok.encode(p.prompt(r.source)), p.max_new_tokens)
+            ids, tr = measure.decode(config, models, p.source_ids(tok, r.source), p.max_new_tokens)
         n = pd.Series([c["model"] for c in calls]).value_counts()
         big = int(n.get("large", 0)) if config.method != "vanilla" else 0
         small = len(calls) - big

@@ -36,7 +36,7 @@ class _Run:
         self.where = where  # each row says which process and device made it (evaluate.worker)
 
     def encode(self, i: int) -> list[int]:
-        return self.tok.encode(self.job.preset.prompt(self.job.examples.pairs[i][0]))
+        return self.job.preset.source_ids(self.tok, self.job.examples.pairs[i][0])
 
     @property
     def batch(self) -> int:

@@ -69,6 +69,8 @@ def plan(preset: str, device: str = "cuda", dtype_bytes: int | None = None, n_ex
         "memory_gb": round(1.2 * weights_gb, 2),  # the three models, plus caches and activations
         "disk_gb": round(sum(params.values()) * 4 / 1e9, 2),  # the checkpoints, taken as stored in fp32
         "fig4_configurations": configs, "n_examples": n_examples,
+        "fallback_grid": list(p.fallback_grid), "rollback_grid": list(p.rollback_grid),
+        "max_source_tokens": p.max_source_tokens, "max_new_tokens": p.max_new_tokens,
         "projected_fig4_minutes": round(configs * n_examples * large_s / 60, 1),
         "projection": f"{gpu} roofline, {layer_overhead_us:g} µs per layer, {T} output and {S} source tokens "
                       "per sentence, every configuration costed as vanilla large (an upper bound for BiLD)",
@@ -83,7 +85,11 @@ def describe(d: dict) -> str:
     else:
         time = (f"  {run}, projected {d['projected_fig4_minutes']} min ({d['projection']}); "
                 "a model, not a measurement")  # fmt: skip
-    return (f"plan for preset {d['preset']} on {d['device']}: {models}\n"
+    src = "whole" if d["max_source_tokens"] is None else f"truncated to {d['max_source_tokens']} tokens"
+    grid = (f"  grid: α_FB {', '.join(f'{x:g}' for x in d['fallback_grid'])}; α_RB "
+            f"{', '.join(f'{x:g}' for x in d['rollback_grid'])}; sources {src}; at most "
+            f"{d['max_new_tokens']} new tokens\n")  # fmt: skip
+    return (f"plan for preset {d['preset']} on {d['device']}: {models}\n" + grid +
             f"  memory: about {d['memory_gb']} GB ({'RAM' if d['device'] == 'cpu' else 'VRAM'}) for the "
             "three "
             f"models; disk: about {d['disk_gb']} GB of checkpoints (fp32), plus the dataset\n" + time)

@@ -16,7 +16,14 @@ from pathlib import Path
 from bildlib.models.load import locate
 
 TRANSLATION_FB = (0.5, 0.6, 0.7, 0.8, 0.9)  # α_FB grid of the paper's translation sweeps
-TRANSLATION_RB = (1.0, 2.0, 3.0, 5.0, 10.0)  # α_RB in [1, 10]
+TRANSLATION_RB = tuple(float(x) for x in range(1, 11))  # the paper's α_RB "in [1, 10]", every integer
+# The authors' translation script (examples/pytorch/translation/run_translation.py in their
+# transformers fork) takes Hugging Face's defaults: sources truncated to 1024 tokens, generation to
+# max_length 128, which counts the decoder's start token: at most 127 new tokens. Their repository
+# publishes no summarization script; the same defaults are Hugging Face's run_summarization's, so the
+# summarization presets take them too (docs/paper-checkpoints.md).
+PAPER_SOURCE_TOKENS = 1024
+PAPER_NEW_TOKENS = 127
 SUMMARIZATION_FB = (0.2, 0.3, 0.4, 0.5, 0.6)
 SUMMARIZATION_RB = (2.0, 3.0, 4.0, 5.0, 6.0)
 
@@ -32,6 +39,7 @@ class Preset:
     fallback_grid: tuple[float, ...]
     rollback_grid: tuple[float, ...]
     max_new_tokens: int = 128
+    max_source_tokens: int | None = None  # sources truncated to this many tokens (EOS kept); None: whole
     prefix: str = ""  # prepended to each source; T5 summarization uses "summarize: "
     suffix: str = ""  # appended to each source: a decoder-only pair's prompt ends with it (" en:")
     ee: str | None = None  # early-exit model (fig6): its first `exit_layer` decoder layers are BiLD's small
@@ -90,6 +98,11 @@ class Preset:
         """The text a model is given for one source: prefix + source + suffix."""
         return self.prefix + source + self.suffix
 
+    def source_ids(self, lm, source: str) -> list[int]:
+        """The token ids a model is given for one source: its prompt, truncated to max_source_tokens
+        as Hugging Face's tokenizers truncate (the EOS kept last)."""
+        return lm.encode(self.prompt(source), self.max_source_tokens)
+
 
 MODEL_NAMES = ("small", "aligned", "large", "ee", "calm", "student", "base")
 SMALL_MODELS = ("small", "aligned", "student")  # BiLD's small models; ee and calm stand alone
@@ -124,7 +137,8 @@ def _paper(task: str, dataset: str, family: str, summarization: bool) -> Preset:
         metric="rougeL" if summarization else "bleu",
         fallback_grid=fb,
         rollback_grid=rb,
-        max_new_tokens=128 if summarization else 256,
+        max_new_tokens=PAPER_NEW_TOKENS,
+        max_source_tokens=PAPER_SOURCE_TOKENS,
         prefix="summarize: " if summarization else "",
     )
 

@@ -226,6 +226,7 @@ def plan(
         "engines": {w: models.engine_of(w, config.runs_on) for w in config.needs()},
         "device": models.device.type, "threads": s.threads, "warmup": s.warmup,
         "max_new_tokens": p.max_new_tokens, "prefix": p.prefix, **({"suffix": p.suffix} if p.suffix else {}),
+        **({"max_source_tokens": p.max_source_tokens} if p.max_source_tokens else {}),
     }  # fmt: skip
     if shard is not None:
         spec["shard"] = shard

@@ -73,8 +73,11 @@ class LM:
             return "int8"
         return str(self.model.dtype).removeprefix("torch.")
 
-    def encode(self, text: str) -> list[int]:
-        return self.tok(text)["input_ids"]
+    def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
+        """text's token ids, truncated to max_tokens (the tokenizer's own truncation) where given."""
+        if max_tokens is None:
+            return self.tok(text)["input_ids"]
+        return self.tok(text, truncation=True, max_length=max_tokens)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
