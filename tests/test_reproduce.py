@@ -35,9 +35,10 @@ def test_fast_dry_run_reports_every_paper_row_and_resumes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("plan for preset xsum-t5 on cpu:") and "report: " in out
     runs = pd.read_csv(tmp_path / "runs.csv", keep_default_na=False)
-    assert list(runs["notebook"]) == ["fig4", "table3", "table5"] and (runs["error"] == "").all()
+    nbs = ["fig4", "fig2", "fig5", "fig8", "table3", "table5"]
+    assert list(runs["notebook"]) == nbs and (runs["error"] == "").all()
     md = (tmp_path / "report.md").read_text()
-    assert "**Dry run**" in md and "3 of 3 notebooks finished." in md
+    assert "**Dry run**" in md and "6 of 6 notebooks finished." in md
     for table in ("Table 1", "Table 3", "Table 4", "Table 5"):
         assert f"**{table}**, the paper's rows beside this run's" in md
         side = reported.read(tmp_path / "xsum-t5" / report.NOTEBOOK_OF[table] / f"table{table[-1]}_paper.csv")
@@ -47,15 +48,16 @@ def test_fast_dry_run_reports_every_paper_row_and_resumes(tmp_path, capsys):
         assert set(side["match"]) <= {"matched", "none qualifies", "not run"}
     claims = md[md.index("### The paper's claims on this run") :]  # decided by README's rule, on this run
     assert (
-        claims.count("| **") == 5
+        claims.count("| **") == 6
         and "`xsum-t5/fig4/table1.csv`" in claims
         and "`xsum-t5/table5/table5.csv`" in claims
+        and "`xsum-t5/fig5/fig5_best.csv`" in claims
     )
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64,") == md.count("![") > 0  # figures inline: self-contained
     # again: every notebook finished, so none runs
     assert reproduce.main(args) == 0
-    assert capsys.readouterr().out.count("finished before, kept") == 3
+    assert capsys.readouterr().out.count("finished before, kept") == 6
     assert pd.read_csv(tmp_path / "runs.csv", keep_default_na=False).equals(runs)
 
 
@@ -111,7 +113,7 @@ def test_make_reproduce_dry_through_papermill(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     md = (tmp_path / "report.md").read_text()
-    assert "4 of 4 notebooks finished." in md
+    assert "7 of 7 notebooks finished." in md
     assert all(
         f"{x:.2f}" in md
         for t in ("Table 1", "Table 3", "Table 5")

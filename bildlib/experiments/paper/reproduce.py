@@ -6,7 +6,8 @@
 
 Per preset it prints the plan first (bildlib.experiments.preflight: models, memory, disk, projected
 time), checks that every checkpoint and dataset can be had (offline and uncached, it stops naming
-each missing one), then runs fig4 (Table 1 on the paper's grid), table3 (Tables 3 and 4) and table5
+each missing one), then runs fig4 (Table 1 on the paper's grid), fig2 (the oracle's share of large
+tokens), fig5 (the ablations), fig8 (FLOPs and memory operations), table3 (Tables 3 and 4) and table5
 (Table 5), or table2_lm for GPT-2 (arXiv v1 Table 2): each notebook through papermill into
 <root>/<preset>/<notebook>/, every sweep cached in <root>/results. Run again after an interruption,
 it skips the notebooks that finished (runs.csv) and resumes the others from the cache. Last, it
@@ -35,6 +36,9 @@ ENC_DEC = dryrun.PAPER  # the mT5 and T5 presets
 PAPER_GRID = {"fallbacks": [], "rollbacks": []}  # empty: the preset's own grid, the paper's
 NOTEBOOKS = {
     "fig4": PAPER_GRID | {"student": "no"},
+    "fig2": {},  # the oracle's thresholds: the notebook's own
+    "fig5": PAPER_GRID,  # the ablations over the preset's grid
+    "fig8": PAPER_GRID,  # FLOPs and memory operations counted on the checkpoints' shapes
     "table3": PAPER_GRID,
     "table5": PAPER_GRID,
     "table2_lm": {},
@@ -43,7 +47,7 @@ CELL_TIMEOUT = 6 * 3600  # seconds a cell may run (the largest sweep of a preset
 
 
 def notebooks_of(preset: str) -> list[str]:
-    return ["table2_lm"] if preset in presets.DECODER_ONLY else ["fig4", "table3", "table5"]
+    return ["table2_lm"] if preset in presets.DECODER_ONLY else [nb for nb in NOTEBOOKS if nb != "table2_lm"]
 
 
 def missing(preset: str) -> list[str]:
