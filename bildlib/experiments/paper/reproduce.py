@@ -41,7 +41,9 @@ NOTEBOOKS = {
     "fig8": PAPER_GRID,  # FLOPs and memory operations counted on the checkpoints' shapes
     "table3": PAPER_GRID,
     "table5": PAPER_GRID,
-    "table2_lm": {},
+    # arXiv v1 Table 2 as v1 ran it: perplexity over 512-token chunks (windows that do not overlap),
+    # fallback-only BiLD at v1's α_FB grid
+    "table2_lm": {"window": 512, "stride": 512, "fallbacks": [0.01, 0.02, 0.05, 0.1, 0.2]},
 }
 CELL_TIMEOUT = 6 * 3600  # seconds a cell may run (the largest sweep of a preset, on a T4-class GPU)
 
