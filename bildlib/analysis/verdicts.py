@@ -127,8 +127,10 @@ def _row(t: pd.DataFrame, **match):
 
 
 def _run(root: Path, checks: str) -> str:
+    """Where a claim's run ran: machine, sample, dtype, engine and the code state it ran from."""
     c = read_json(root, checks)
-    return f"{c['device']}, n = {c['n']}, {c['dtype']}"
+    where = ", ".join(str(c[k]) for k in ("dtype", "engine") if c.get(k))
+    return f"{c['device']}, n = {c['n']}, {where}, code `{c.get('code', 'unrecorded')}`"
 
 
 def _vanilla(t: pd.DataFrame, col: str = "model"):
