@@ -222,6 +222,28 @@ def mod():
     return m
 
 
+def rows_are_alone(product, x, res, threads: int) -> None:
+    """A native product's row-invariance (tests/test_gemm.py, test_gemm8.py): at `threads` torch
+    threads, product(x, res, relu) over the first k rows of x, for k of 2 to 13, plain, with relu and
+    with a residual, equals its one-row calls bit for bit, and each row keeps its bits wherever it
+    sits in the call (the rows reversed)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for k in (2, 3, 4, 5, 6, 7, 10, 12, 13):
+            for relu, r in ((False, None), (True, None), (False, res[:k])):
+                rows = product(x[:k], r, relu)
+                one = lambda j, r=r: None if r is None else r[j : j + 1].clone()  # noqa: E731
+                alone = [product(x[j : j + 1].clone(), one(j), relu) for j in range(k)]
+                assert torch.equal(rows, torch.cat(alone)), (k, relu, r is not None)
+                flipped = product(x[:k].flip(0), None if r is None else r.flip(0), relu)
+                assert torch.equal(flipped, rows.flip(0)), (k, relu, r is not None)
+    finally:
+        torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     """The tiny models saved under PRESET's hub names (pass as $BILD_MODELS)."""

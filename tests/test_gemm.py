@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bildlib.models import linear, rowinv
+from conftest import rows_are_alone
 
 pytestmark = pytest.mark.timeout(600)  # the first test in a clean clone builds the library
 
@@ -36,24 +37,11 @@ def test_product_relu_and_add_match_float64(mod, m, n):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m, n", [(33, 7), (70, 129), (384, 384), (1152, 384), (300, 1024)])
 def test_rows_are_their_one_row_calls(mod, m, n, threads):
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        w = torch.randn(m, n, generator=torch.Generator().manual_seed(n))
-        p = mod.pack(w)
-        x = rowinv.sharp(w, rows=13)  # large cancelling entries: another summation order shows
-        res = torch.randn(13, m, generator=torch.Generator().manual_seed(1))
-        for k in (2, 3, 4, 5, 6, 7, 10, 12, 13):
-            for relu, r in ((False, None), (True, None), (False, res[:k])):
-                rows = mod.linear(x[:k], p, m, r, relu)
-                one = lambda j, r=r: None if r is None else r[j : j + 1].clone()  # noqa: E731
-                alone = [mod.linear(x[j : j + 1].clone(), p, m, one(j), relu) for j in range(k)]
-                assert torch.equal(rows, torch.cat(alone)), (k, relu, r is not None)
-                # and a row's bits wherever it sits in the call
-                assert torch.equal(mod.linear(x[:k].flip(0), p, m, None if r is None else r.flip(0), relu),
-                                   rows.flip(0))  # fmt: skip
-    finally:
-        torch.set_num_threads(old)
+    w = torch.randn(m, n, generator=torch.Generator().manual_seed(n))
+    p = mod.pack(w)
+    x = rowinv.sharp(w, rows=13)  # large cancelling entries: another summation order shows
+    res = torch.randn(13, m, generator=torch.Generator().manual_seed(1))
+    rows_are_alone(lambda xs, r, relu: mod.linear(xs, p, m, r, relu), x, res, threads)
 
 
 def test_pack_from_any_strides(mod):

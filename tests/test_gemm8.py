@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bildlib.models import rowinv
+from conftest import rows_are_alone
 
 pytestmark = pytest.mark.timeout(600)  # the first test in a clean clone builds the library
 
@@ -81,23 +82,11 @@ def test_ties_round_to_even_and_zero_rows(mod):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m, n", [(33, 7), (70, 129), (384, 384), (1152, 384), (300, 1024)])
 def test_rows_are_their_one_row_calls(mod, m, n, threads):
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        w = torch.randn(m, n, generator=torch.Generator().manual_seed(n))
-        p, s = mod.pack8(w)
-        x = rowinv.sharp(w, rows=13)  # rows of very different scales: each its own
-        res = torch.randn(13, m, generator=torch.Generator().manual_seed(1))
-        for k in (2, 3, 4, 5, 6, 7, 10, 12, 13):
-            for relu, r in ((False, None), (True, None), (False, res[:k])):
-                rows = mod.linear8(x[:k], p, s, m, r, relu)
-                one = lambda j, r=r: None if r is None else r[j : j + 1].clone()  # noqa: E731
-                alone = [mod.linear8(x[j : j + 1].clone(), p, s, m, one(j), relu) for j in range(k)]
-                assert torch.equal(rows, torch.cat(alone)), (k, relu, r is not None)
-        flipped = mod.linear8(x.flip(0), p, s, m, None, False).flip(0)  # a row's bits wherever it sits
-        assert torch.equal(flipped, mod.linear8(x, p, s, m, None, False))
-    finally:
-        torch.set_num_threads(old)
+    w = torch.randn(m, n, generator=torch.Generator().manual_seed(n))
+    p, s = mod.pack8(w)
+    x = rowinv.sharp(w, rows=13)  # rows of very different scales: each its own
+    res = torch.randn(13, m, generator=torch.Generator().manual_seed(1))
+    rows_are_alone(lambda xs, r, relu: mod.linear8(xs, p, s, m, r, relu), x, res, threads)
 
 
 def test_clear_errors(mod):
