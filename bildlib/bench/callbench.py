@@ -113,14 +113,14 @@ def step_bytes(lm: LM) -> int:
     folded = getattr(lm.impl, "folded_cross", False)
     cross = tuple(f"EncDecAttention.{w}" for w in ("kvqo" if folded else "kv"))
     skip = {id(x.weight) for name, x in dec.named_modules() if name.endswith(cross)}
-    seen = set()
+    seen, int8 = set(), lm.precision == "int8"
     folds = [t for ab in lm.impl.cross for t in ab if t is not None] if folded else []  # A, B, mask
     n = sum(t.numel() * t.element_size() for t in folds)
     for x in [*dec.modules(), m.get_output_embeddings()]:
         w = getattr(x, "weight", None)
         if isinstance(x, torch.nn.Linear) and id(w) not in skip | seen:
             seen.add(id(w))
-            n += w.numel() + 4 * w.shape[0] if lm.precision == "int8" else w.numel() * w.element_size()
+            n += w.numel() + 4 * w.shape[0] if int8 else w.numel() * w.element_size()
     return n
 
 
