@@ -8,10 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 from test_engine import tiny
+from transformers import BartConfig, BartForConditionalGeneration
 
 from bildlib import decoding as D
 from bildlib.kernels import cpu
 from bildlib.models import LM, linear, load_model, rowinv
+from bildlib.models.lean_causal import Affine
 from bildlib.models.lean_common import UnsupportedArchitectureError
 from bildlib.models.load import resolve_dtype
 from conftest import REPO, tiny_tokenizer
@@ -41,6 +43,27 @@ def test_every_product_in_int8_and_logits_near_float32(kind):
     assert (a - b).abs().max() <= 0.1 * a.abs().max()  # tiny random models: a few per cent
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_decoder_only_models_run_int8_and_stay_lossless(kind):
+    """The decoder-only engines (models.lean_causal) take the same int8 products: every product and
+    the head in int8, the whole-call check passing, logits near float32's, and lossless BiLD over
+    an int8 pair equal to int8 vanilla."""
+    ref = LM(tiny(kind), tiny_tokenizer(), "f32", engine="native")
+    lm = LM(int8(tiny(kind)), tiny_tokenizer(), "int8", engine="auto")
+    assert lm.engine == "native" and lm.precision == "int8" and lm.call_check.passed
+    kinds = {type(a.p).__name__ for w in lm.impl.w for a in w.values() if isinstance(a, Affine)}
+    assert kinds | {type(lm.impl.lm.p).__name__} == {"NativeInt8"}
+    src, toks = [5, 9, 11, 3], [7, 8, 9, 10, 11]
+    for m in (ref, lm):
+        m.start(src)
+    a, b = ref.forward(toks), lm.forward(toks)
+    assert not torch.equal(a, b) and (a - b).abs().max() <= 0.1 * a.abs().max()
+    small = LM(int8(tiny(kind, seed=7)), tiny_tokenizer(), "small8", engine="auto")
+    for x in ([5, 9, 11, 3], [4, 4, 8]):
+        y, _ = D.vanilla(lm, x, max_new_tokens=12)
+        assert D.bild(small, lm, x, 0.5, 1.0, distance="exact", max_new_tokens=12)[0] == y
+
+
 def test_the_choice_is_int8_and_row_invariant():
     w = torch.randn(70, 129, generator=torch.Generator().manual_seed(0))
     p = linear.linear(w, "int8")
@@ -54,8 +77,12 @@ def test_combinations_that_cannot_run_int8_are_named():
         LM(int8(tiny("t5")), tiny_tokenizer(), "m", engine="lean")
     with pytest.raises(ValueError, match="engine='hf'"):
         LM(int8(tiny("t5")), tiny_tokenizer(), "m", engine="hf")
-    with pytest.raises(UnsupportedArchitectureError, match="dtype='int8' runs T5 and mT5"):
-        LM(int8(tiny("gpt2")), tiny_tokenizer(), "m", engine="auto")
+    bart = int8(BartForConditionalGeneration(BartConfig(vocab_size=64, d_model=16, encoder_layers=1,
+                                                         decoder_layers=1, encoder_attention_heads=2,
+                                                         decoder_attention_heads=2, encoder_ffn_dim=32,
+                                                         decoder_ffn_dim=32)))  # fmt: skip
+    with pytest.raises(UnsupportedArchitectureError, match="dtype='int8' runs what the native engine runs"):
+        LM(bart, tiny_tokenizer(), "m", engine="auto")
     with pytest.raises(ValueError, match="dtype='int8' runs on a CPU"):
         resolve_dtype("int8", torch.device("cuda"), torch.bfloat16)
     assert resolve_dtype("int8", torch.device("cpu"), torch.bfloat16) == torch.float32

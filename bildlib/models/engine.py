@@ -128,10 +128,10 @@ def make(model, engine: str = "auto", name: str = "model"):
         raise UnsupportedArchitectureError(f"{name}: engine='static' runs T5 and mT5 in float32 or bfloat16, "
                                            f"not {why or model.config.model_type}; use engine='lean' or 'hf'")
     native = engine in ("auto", "native") and runs_native(model.config, model.dtype, model.device)
-    if int8 and not (native and cls_of(model) is LeanT5):
-        raise UnsupportedArchitectureError(f"{name}: dtype='int8' runs T5 and mT5 on a CPU (engine "
-                                           "'native'), "
-                                           f"not {why or model.config.model_type} on {model.device.type}")
+    if int8 and not native:
+        raise UnsupportedArchitectureError(f"{name}: dtype='int8' runs what the native engine runs ("
+                                           f"{', '.join(LEAN)}) on a CPU, not "
+                                           f"{why or model.config.model_type} on {model.device.type}")
     if engine == "native" and not native:
         raise UnsupportedArchitectureError(f"{name}: engine='native' runs what lean runs ({', '.join(LEAN)}) "
                                            f"on a CPU, not {why or model.config.model_type} on "
@@ -145,7 +145,8 @@ def make(model, engine: str = "auto", name: str = "model"):
                 what = " (dtype int8)" if int8 else ""
                 raise RuntimeError(f"{name}: engine='native'{what}: {cpu.why()}")
             if cpp is not None:
-                return NativeT5(model, cpp, int8) if cls is LeanT5 else cls(model, native=True)
+                kind = "int8" if int8 else True  # the causal engines take their products' kind
+                return NativeT5(model, cpp, int8) if cls is LeanT5 else cls(model, native=kind)
         return cls(model)  # lean, also where the C++ could not be built (cpu.load logged why)
     if engine == "lean":
         raise UnsupportedArchitectureError(f"{name}: engine='lean' does not support {why}; use engine='hf'")

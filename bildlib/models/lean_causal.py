@@ -36,8 +36,8 @@ class Affine:
 
     __slots__ = ("p", "b", "plain")
 
-    def __init__(self, w: torch.Tensor, b: torch.Tensor | None = None):
-        self.p, self.b = linear(w), b
+    def __init__(self, w: torch.Tensor, b: torch.Tensor | None = None, kind: bool | str = False):
+        self.p, self.b = linear(w, kind), b  # kind "int8": the native engine's int8 product (dtype "int8")
         self.plain = self.p  # p on the whole call; p is an EachRow of it where "products" is switched
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # (k, in) -> (k, out)
@@ -53,10 +53,13 @@ class _Causal:
     # in the order models.wholecall tries them; "call": a k-token call as k one-token calls
     OPS = ("norm", "act", "attention", "products", "call")
 
-    def __init__(self, model, layers: int, heads: int, kv_heads: int, dh: int, native: bool = False):
+    def __init__(self, model, layers: int, heads: int, kv_heads: int, dh: int, native: bool | str = False):
         self.model, self.n_layers, self.off, self.H = model, layers, 0, heads
-        # engine "native": self-attention as one C++ call (bildlib.kernels.cpu), on a CPU
+        # engine "native": self-attention as one C++ call (bildlib.kernels.cpu), on a CPU; native
+        # "int8" (dtype "int8"): every product too, in int8 (models.linear.NativeInt8)
         self.cpp = native_pieces(model) if native else None
+        self.int8 = native == "int8"
+        self.kind = "int8" if self.int8 else False  # the products' kind (models.linear)
         self.engine = "native" if self.cpp is not None else "lean"
         self.rows: frozenset[str] = frozenset()
         self.kv = Buffers(layers, kv_heads, dh, model.dtype, model.device)
@@ -122,15 +125,16 @@ class LeanGPT2(_Causal):
 
     arch = "gpt2"
 
-    def __init__(self, model, native: bool = False):
+    def __init__(self, model, native: bool | str = False):
         c, t = model.config, model.transformer
         self.dh, self.eps = c.n_embd // c.n_head, c.layer_norm_epsilon
         super().__init__(model, c.n_layer, c.n_head, c.n_head, self.dh, native)
         self.wte, self.wpe = t.wte.weight, t.wpe.weight
-        self.ln_f, self.act, self.lm = t.ln_f, act_fn(c.activation_function), Affine(model.lm_head.weight)
+        self.ln_f, self.act = t.ln_f, act_fn(c.activation_function)
+        self.lm = Affine(model.lm_head.weight, None, self.kind)
         self.blocks = t.h
         self.w = [
-            {name: Affine(m.weight.t(), m.bias) for name, m in  # Conv1D (in, out): W^T is a view
+            {name: Affine(m.weight.t(), m.bias, self.kind) for name, m in  # Conv1D (in, out): W^T is a view
              (("qkv", b.attn.c_attn), ("o", b.attn.c_proj), ("fc", b.mlp.c_fc), ("proj", b.mlp.c_proj))}
             for b in t.h
         ]  # fmt: skip
@@ -165,23 +169,24 @@ class LeanLlama(_Causal):
 
     arch = "llama"
 
-    def __init__(self, model, native: bool = False):
+    def __init__(self, model, native: bool | str = False):
         c, m = model.config, model.model
         self.Hq, self.Hkv = c.num_attention_heads, c.num_key_value_heads
         self.dh = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         super().__init__(model, c.num_hidden_layers, self.Hq, self.Hkv, self.dh, native)
         self.eps, self.act, self.rope = c.rms_norm_eps, act_fn(c.hidden_act), m.rotary_emb
         self.emb, self.norm = m.embed_tokens.weight, m.norm.weight
-        self.lm = Affine(model.lm_head.weight)
+        self.lm = Affine(model.lm_head.weight, None, self.kind)
         self.w = []
         for b in m.layers:
             a, f = b.self_attn, b.mlp
             qkv, qkv_b = fuse(a.q_proj, a.k_proj, a.v_proj)
             gu = fuse(f.gate_proj, f.up_proj)[0]
             self.w.append({
-                "ln0": b.input_layernorm.weight, "qkv": qkv, "qkv_l": Affine(qkv, qkv_b),
-                "o_l": Affine(a.o_proj.weight, a.o_proj.bias), "ln1": b.post_attention_layernorm.weight,
-                "gu_l": Affine(gu), "down_l": Affine(f.down_proj.weight),
+                "ln0": b.input_layernorm.weight, "qkv": qkv, "qkv_l": Affine(qkv, qkv_b, self.kind),
+                "o_l": Affine(a.o_proj.weight, a.o_proj.bias, self.kind),
+                "ln1": b.post_attention_layernorm.weight,
+                "gu_l": Affine(gu, None, self.kind), "down_l": Affine(f.down_proj.weight, None, self.kind),
             })  # fmt: skip
         self.cos = torch.empty(0)  # (T, dh) rotary tables from HF's own rotary module
         self.sin = torch.empty(0)
