@@ -5,6 +5,8 @@ error for every combination that cannot run it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from test_engine import tiny
@@ -88,10 +90,11 @@ def test_combinations_that_cannot_run_int8_are_named():
     assert resolve_dtype("int8", torch.device("cpu"), torch.bfloat16) == torch.float32
 
 
+@pytest.mark.timeout(7200)  # under qemu (make test-cpus) about 300 times slower than natively
 def test_the_shipped_pair_in_int8_is_lossless_and_checked(multi30k_dir):
     """Both shipped models load in int8 (their whole-call checks pass), lossless BiLD over them
-    equals int8 vanilla greedy on 12 held-out sentences, and int8 vanilla keeps float32's output
-    on most of them."""
+    equals int8 vanilla greedy on 12 held-out sentences (2 under an emulated CPU, make test-cpus),
+    and int8 vanilla keeps float32's output on most of them."""
     from bildlib import data
 
     ck = REPO / "data" / "checkpoints"
@@ -99,9 +102,9 @@ def test_the_shipped_pair_in_int8_is_lossless_and_checked(multi30k_dir):
     s, lg = LM(ms, tok, "aligned", "auto"), LM(ml, tok, "large", "auto")
     assert s.call_check.passed and lg.call_check.passed and lg.impl.int8
     f32 = LM(*load_model(ck / "multi30k-large", dtype="float32"), "large32", "auto")
-    same = 0
-    for x in [tok(t)["input_ids"] for t in data.load("multi30k", "val", 12).sources]:
+    same, n = 0, 2 if os.environ.get("BILD_EMULATED") else 12
+    for x in [tok(t)["input_ids"] for t in data.load("multi30k", "val", n).sources]:
         y, _ = D.vanilla(lg, x, max_new_tokens=64)
         assert D.bild(s, lg, x, 0.5, 1.0, distance="exact", max_new_tokens=64)[0] == y
         same += D.vanilla(f32, x, max_new_tokens=64)[0] == y
-    assert same >= 8, f"int8 kept float32's output on {same} of 12"
+    assert same >= 2 * n // 3, f"int8 kept float32's output on {same} of {n}"
