@@ -122,6 +122,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "pet": lambda r: _petstudy().block(r),
     "quantized-all": lambda r: _quantbench().block(r),  # docs/quantization.md
     "int8-products": lambda r: _quantbench().products_block(r),
+    "int8-frontier": lambda r: table1(r, "figures/int8/fig4-int8"),  # make fig4-int8
+    "int8-frontier-float32": lambda r: table1(r, "figures/int8/fig4-float32"),
     "gpu-check": lambda r: _gpu().block(r),  # docs/engines-gpu.md
     "gpu-static": lambda r: _gpu().static_block(r),
     "exactness": lambda r: _exactness().block(r),  # docs/row-invariance.md
