@@ -263,3 +263,21 @@ def test_language_modelling_names_why(tree):
         all(p.point and p.reason == verdicts.NO_INTERVAL for p in c.parts)
         and c.verdict == "does not hold here"
     )
+
+
+def test_intervals_over_seeds_decide_nucleus_sampling(tree):
+    """A Table 5 run with intervals over seeds and sentences (sampled.over_seeds with the sweeps'
+    rows) is judged on them: its lower ends clear the bars, it holds; a delta interval reaching
+    below -0.2, it does not, the measured value notwithstanding."""
+    f = tree / "figures" / "table5.csv"
+    t = pd.read_csv(f)
+    t["delta"] = t["score_mean"] - t.loc[t["row"] == "Vanilla (large)", "score_mean"].iloc[0]
+    sc, sp, d = t["score_mean"], t["speedup_mean"], t["delta"]
+    t = t.assign(score_lo=sc - 1, score_hi=sc + 1, speedup_lo=sp - 0.1, speedup_hi=sp + 0.1, delta_lo=d - 0.1,
+                 delta_hi=d + 0.1)  # fmt: skip
+    t.to_csv(f, index=False)
+    c = _claim(tree, claims.nucleus)
+    assert c.verdict == "holds" and "[" in c.parts[0].what
+    _edit(f, {"row": "BiLD (better score)"}, delta_lo=-0.3)
+    c = _claim(tree, claims.nucleus)
+    assert c.verdict == "does not hold here" and c.parts[0].point

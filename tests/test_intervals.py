@@ -97,3 +97,38 @@ def test_figures_draw_the_intervals_name_the_run_and_keep_keys_off_the_data():
         text = " ".join(t.get_text() for t in fig.texts)
         assert "n=20, float32, lean engine" in text and "95 %" in text
         plt.close(fig)
+
+
+def test_intervals_over_seeds_and_sentences():
+    """Sampled sweeps, one per seed: the means over seeds get 95 % intervals from a bootstrap over
+    seeds and sentences (intervals.seed_intervals through sampled.over_seeds). Vanilla's outputs in
+    every seed: a zero difference in every replicate; outputs that change with the seed: a wider
+    score interval than the same outputs in every seed; every interval holds its mean."""
+    from bildlib.analysis import sampled as S
+
+    summaries, frames = {}, {}
+    for seed in (0, 1, 2):
+        van = {"method": "vanilla", "model": "large", "fb": None}
+        parts = [rows(f"vanilla-large-s{seed}", REFS, 0.010, **van),
+                 rows(f"vanilla-large-s{seed}#1", REFS, 0.011, repeat=1, **van),
+                 rows(f"bild-same-s{seed}", REFS, 0.005, model="aligned", fb=0.4),
+                 rows(f"bild-fixed-s{seed}", HYPS, 0.005, model="aligned", fb=0.5),
+                 rows(f"bild-varies-s{seed}", HYPS if seed else REFS, 0.005, model="aligned", fb=0.6)]
+        df = pd.concat(parts, ignore_index=True)
+        df["score"] = df.groupby("label")["output"].transform(lambda o: metrics.bleu(list(o), REFS).value)
+        df.attrs["metric"] = "bleu"
+        frames[seed], summaries[seed] = df, A.summarize(df)
+    agg = S.over_seeds(summaries, frames).set_index("config")
+    for c, r in agg.iterrows():
+        assert r["score_lo"] <= r["score_mean"] + 1e-9 and r["score_mean"] <= r["score_hi"] + 1e-9, c
+        assert r["speedup_lo"] <= r["speedup_mean"] <= r["speedup_hi"], c
+    assert agg.loc["bild-same", ["delta", "delta_lo", "delta_hi"]].tolist() == [0, 0, 0]
+    assert agg.loc["bild-same", ["speedup_lo", "speedup_hi"]].tolist() == pytest.approx([2.0, 2.2])
+    width = agg["score_hi"] - agg["score_lo"]
+    assert width["bild-varies"] > width["bild-fixed"]  # the seeds' spread is in the interval
+    t = S.nucleus_table(agg.reset_index()).set_index("row")
+    assert {"delta_lo", "speedup_lo"} <= set(t.columns)
+    again = S.over_seeds(summaries, frames).set_index("config")  # seeded: the same intervals
+    assert again[intervals.COLUMNS].equals(agg[intervals.COLUMNS])
+    with pytest.raises(ValueError, match="same examples"):
+        S.over_seeds(summaries, {**frames, 2: frames[2][frames[2]["id"] != 3]})

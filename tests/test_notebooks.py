@@ -218,6 +218,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
             )
             greedy = t3[t3["mode"] == "greedy"].set_index("method")["score"]
             assert greedy["Speculative (best window)"] == greedy["Vanilla (large)"]  # lossless
+            sampled = t3[(t3["mode"] == "sampled") & (t3["method"] != "Vanilla (large)")]
+            assert sampled[["speedup_lo", "delta_lo"]].notna().all().all()  # over seeds and sentences
         elif name == "table5":  # vanilla and three BiLD rows, mean ± std over 2 seeds
             t5 = pd.read_csv(tmp_path / "fig" / "table5.csv")
             assert (
@@ -225,7 +227,8 @@ def test_notebooks_run_end_to_end(shipped, tmp_path):
                 and len(t5) == 4
                 and (t5["seeds"].dropna() == 2).all()
             )
-            vals = t5[["score_mean", "score_std", "speedup_mean", "speedup_std"]].dropna()
+            cols = ["score_mean", "score_std", "speedup_mean", "speedup_std", "speedup_lo", "delta_lo"]
+            vals = t5[cols].dropna()  # the intervals: over seeds and sentences
             assert len(vals) >= 1 and np.isfinite(vals.to_numpy()).all()
             pts = pd.read_csv(tmp_path / "fig" / "table5_points.csv")
             assert len(pts[pts["method"] == "bild"]) == 2 and (pts["seeds"] == 2).all()

@@ -88,3 +88,48 @@ def shard_intervals(rows: pd.DataFrame, base_labels: list[str], metric: str, b: 
         speed = base / (w @ wide[label].to_numpy() / n)
         out[label] = [*_tails(sc), *_tails(speed), *_tails(sc - ref_scores)]
     return pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS).rename_axis("label")
+
+
+def seed_intervals(runs: dict[int, tuple[pd.DataFrame, list[str]]], metric: str, b: int = B) -> pd.DataFrame:
+    """COLUMNS per configuration of sampled sweeps run once per seed, for the mean over seeds: each
+    replicate draws the seeds with replacement and the sentences with replacement (one draw of
+    sentences for every seed: paired), and recomputes each configuration's mean over the drawn seeds
+    of its corpus score, its speedup against its own seed's baseline (one of the repeats at
+    random), and its score minus the baseline's. runs: seed -> (that seed's rows, its baseline
+    repeats' labels, the score baseline first). A configuration is its label without the seed
+    (the "-s<seed>" suffix, as sampled.over_seeds keys them)."""
+    seeds = list(runs)
+    if len(seeds) < 2:
+        raise ValueError(f"seed_intervals needs the sweeps of at least 2 seeds, got {len(seeds)}")
+    ids = sorted(runs[seeds[0]][0]["id"].unique())
+    w, rng = draws(len(ids), b), np.random.default_rng(SEED + 2)
+    pick = rng.integers(0, len(seeds), size=(b, len(seeds)))  # (b, S): the seeds of each replicate
+    score, speed, delta, configs = {}, {}, {}, None
+    for j, seed in enumerate(seeds):
+        rows, base = runs[seed]
+        config = rows["label"].str.replace(r"-s\d+(#\d+)?$", r"\1", regex=True)
+        wide = rows.assign(config=config).pivot(index="id", columns="config", values="latency_s")
+        if sorted(wide.index) != ids or wide.isna().any().any():
+            raise ValueError(f"seed {seed}: every configuration of every seed must decode the same examples")
+        configs = list(wide.columns) if configs is None else configs
+        if set(wide.columns) != set(configs):
+            raise ValueError(f"seed {seed}: its configurations differ from seed {seeds[0]}'s")
+        wide = wide.loc[ids]
+        bases = [config[rows["label"] == lb].iloc[0] for lb in base]
+        mean = w @ wide[bases].to_numpy() / len(ids)  # (b, repeats)
+        ref_lat = mean[np.arange(b), rng.integers(0, len(bases), b)]
+        refs = rows[rows["label"] == base[0]].set_index("id").loc[ids, "reference"].tolist()
+        for c in configs:
+            hyps = rows[config == c].set_index("id").loc[ids, "output"].tolist()
+            score.setdefault(c, np.empty((len(seeds), b)))[j] = corpus_scores(
+                metric, w @ sentence_stats(metric, hyps, refs), len(ids))  # fmt: skip
+            speed.setdefault(c, np.empty((len(seeds), b)))[j] = ref_lat / (w @ wide[c].to_numpy() / len(ids))
+        delta[j] = score[bases[0]][j]  # the score baseline of this seed
+    ref = np.stack([delta[j] for j in range(len(seeds))])  # (S, b)
+    cols = np.arange(b)
+    out = {}
+    for c in configs:
+        sc, sp = score[c][pick, cols[:, None]].mean(1), speed[c][pick, cols[:, None]].mean(1)  # (b,)
+        d = sc - ref[pick, cols[:, None]].mean(1)
+        out[c] = [*_tails(sc), *_tails(sp), *_tails(d)]
+    return pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS).rename_axis("config")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bildlib.analysis import best_row, spread_of, vanilla_large
+from bildlib.analysis import best_row, intervals, spread_of, vanilla_large
 
 
 def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -54,10 +54,16 @@ def speculative_tables(s: pd.DataFrame, model: str = "small") -> tuple[pd.DataFr
 NUCLEUS_REGIMES = (("better score", 0.0), ("about the same", 0.2), ("≈ 1 point lower", 1.0))
 
 
-def over_seeds(summaries: dict[int, pd.DataFrame]) -> pd.DataFrame:
+Frames = dict  # a sweep's own rows (experiments.sweep), keyed as its summary is
+
+
+def over_seeds(summaries: dict[int, pd.DataFrame], frames: Frames | None = None) -> pd.DataFrame:
     """One row per configuration of sampled sweeps run once per seed (summarize() tables keyed
     by seed, each against its own seed's vanilla large): mean and sample standard deviation over
-    the seeds of score and speedup, mean fallback and rollback per output token (%)."""
+    the seeds of score and speedup, mean fallback and rollback per output token (%). With the
+    sweeps' own rows (`frames`, keyed by seed like summaries): the 95 % intervals of the means over
+    seeds and sentences (intervals.seed_intervals: score_lo/hi, speedup_lo/hi, delta_lo/hi) and
+    delta, the mean score minus vanilla large's."""
     if len(summaries) < 2:
         raise ValueError(f"over_seeds needs the sweeps of at least 2 seeds, got {len(summaries)}")
     keys = ["method", "model", "fallback", "rollback", "window"]
@@ -77,7 +83,16 @@ def over_seeds(summaries: dict[int, pd.DataFrame]) -> pd.DataFrame:
     if (out["seeds"] != len(summaries)).any():
         bad = out.loc[out["seeds"] != len(summaries), "config"].tolist()
         raise ValueError(f"configurations missing from some seeds' sweeps: {bad}")
-    return out
+    if frames is None:
+        return out
+    runs = {}
+    for seed, t in summaries.items():
+        base = vanilla_large(t).sort_values("repeat")["label"].tolist()
+        runs[seed] = (frames[seed], base)
+    metric = next(iter(frames.values())).attrs.get("metric", "bleu")
+    out = out.merge(intervals.seed_intervals(runs, metric), left_on="config", right_index=True, how="left")
+    van = vanilla_large(out)["score_mean"].iloc[0]
+    return out.assign(delta=out["score_mean"] - van)
 
 
 def nucleus_table(agg: pd.DataFrame, model: str = "aligned", regimes=NUCLEUS_REGIMES) -> pd.DataFrame:
@@ -91,6 +106,7 @@ def nucleus_table(agg: pd.DataFrame, model: str = "aligned", regimes=NUCLEUS_REG
     v = van.iloc[0]
     cols = ["config", "fallback", "rollback", "score_mean", "score_std", "speedup_mean", "speedup_std"]
     cols += ["fallback_pct", "rollback_pct", "seeds"]
+    cols += [c for c in ("delta", *intervals.COLUMNS) if c in agg]  # over seeds and sentences, where run
     rows = [{"row": "Vanilla (large)"} | v[cols].to_dict() | {"speedup_mean": 1.0, "speedup_std": 0.0}]
     for name, tol in regimes:
         low = v["score_mean"] - tol - 1e-9  # 1e-9: a mean exactly tol below is within
@@ -100,16 +116,19 @@ def nucleus_table(agg: pd.DataFrame, model: str = "aligned", regimes=NUCLEUS_REG
     return pd.DataFrame(rows)
 
 
-def speculative_report(summaries: dict[tuple[str, int], pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def speculative_report(summaries: dict[tuple[str, int], pd.DataFrame],
+                       frames: Frames | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tables 3 and 4 for every mode of summarize() tables keyed by (mode, seed): a mode run with
     one seed (greedy) keeps its 95 % intervals; one run with several (sampled) is picked on the
-    means over seeds and reports mean ± std (over_seeds). Columns `mode` and `seeds` say which."""
+    means over seeds and reports mean ± std (over_seeds), with the sweeps' rows (`frames`, keyed
+    alike) also the 95 % intervals over seeds and sentences. Columns `mode` and `seeds` say which."""
     t3, t4 = [], []
     for mode in dict.fromkeys(m for m, _ in summaries):
         by_seed = {k: s for (m, k), s in summaries.items() if m == mode}
         s = next(iter(by_seed.values()))
         if len(by_seed) > 1:
-            s = over_seeds(by_seed).rename(columns={"score_mean": "score", "speedup_mean": "speedup"})
+            rows = None if frames is None else {k: frames[mode, k] for k in by_seed}
+            s = over_seeds(by_seed, rows).rename(columns={"score_mean": "score", "speedup_mean": "speedup"})
             s = s.rename(columns={"config": "label"})
         a, b = speculative_tables(s)
         t3.append(a.assign(mode=mode, seeds=len(by_seed)))
