@@ -17,6 +17,7 @@ from bildlib.analysis.verdicts import (
     NO_LOSS,
     PAPER,
     RULE,
+    VERDICTS,
     Claim,
     Part,
     _d,
@@ -285,4 +286,6 @@ def block(root: Path) -> str:
         f"at batch 1 (`{PAPER}`); here, Multi30k German→English with a {large:.0f} M- and "
         f"{small:.1f} M-parameter pair on a CPU, so the numbers are compared by kind, not by size."
     )
-    return table(made) + f"\n\n{RULE} {scale}"
+    counts = pd.Series([c.verdict for c in made]).value_counts()
+    tally = "; ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS)
+    return table(made) + f"\n\n**{len(made)} claims** ({tally}). {RULE} {scale}"
