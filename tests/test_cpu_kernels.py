@@ -253,3 +253,14 @@ except RuntimeError as e:
     assert "ENGINE lean" in out, out + r.stderr
     assert "WHY the C++ decoder pieces could not be built in " + str(tmp_path) in out, out
     assert "REFUSED t: engine='native': the C++ decoder pieces could not be built" in out, out
+
+
+def test_an_emulated_run_says_so_in_its_isa(monkeypatch):
+    """make test-cpus sets BILD_EMULATED: the ISA a checks file or exactness row records names the
+    emulated model, also on a host whose flags are the emulated CPU's (an AVX2 host under -cpu Haswell)."""
+    from bildlib.models import cpuinfo
+
+    monkeypatch.delenv("BILD_EMULATED", raising=False)
+    assert "emulated" not in cpuinfo.isa() or "the host has AVX512" in cpuinfo.isa()
+    monkeypatch.setenv("BILD_EMULATED", "Haswell")
+    assert "emulated Haswell" in cpuinfo.isa()

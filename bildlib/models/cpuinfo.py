@@ -54,10 +54,12 @@ def isa() -> str:
     "AVX512" or "AVX512, ONEDNN_MAX_CPU_ISA=AVX2"."""
     caps = [f"{v}={os.environ[v]}" for v in ISA_CAPS if os.environ.get(v)]
     here = torch.backends.cpu.get_cpu_capability()
+    model = os.environ.get("BILD_EMULATED", "")  # make test-cpus names the model qemu emulates
     if here != "AVX512" and "avx512f" in _flags() and not os.environ.get("ATEN_CPU_CAPABILITY"):
-        # e.g. qemu-x86_64 -cpu Haswell; make test-cpus names the model it emulates in BILD_EMULATED
-        model = os.environ.get("BILD_EMULATED", "")
+        # e.g. qemu-x86_64 -cpu Haswell on an AVX512 host: the host's flags give it away
         caps.append(f"emulated{' ' + model if model else ''} (the host has AVX512)")
+    elif model:  # an emulator on a host with the same ISA: only make test-cpus' word says so
+        caps.append(f"emulated {model}")
     return ", ".join([here, *caps])
 
 
