@@ -104,7 +104,7 @@ def seed_intervals(runs: dict[int, tuple[pd.DataFrame, list[str]]], metric: str,
     ids = sorted(runs[seeds[0]][0]["id"].unique())
     w, rng = draws(len(ids), b), np.random.default_rng(SEED + 2)
     pick = rng.integers(0, len(seeds), size=(b, len(seeds)))  # (b, S): the seeds of each replicate
-    score, speed, delta, configs = {}, {}, {}, None
+    score, speed, configs = {}, {}, None
     for j, seed in enumerate(seeds):
         rows, base = runs[seed]
         config = rows["label"].str.replace(r"-s\d+(#\d+)?$", r"\1", regex=True)
@@ -124,8 +124,7 @@ def seed_intervals(runs: dict[int, tuple[pd.DataFrame, list[str]]], metric: str,
             score.setdefault(c, np.empty((len(seeds), b)))[j] = corpus_scores(
                 metric, w @ sentence_stats(metric, hyps, refs), len(ids))  # fmt: skip
             speed.setdefault(c, np.empty((len(seeds), b)))[j] = ref_lat / (w @ wide[c].to_numpy() / len(ids))
-        delta[j] = score[bases[0]][j]  # the score baseline of this seed
-    ref = np.stack([delta[j] for j in range(len(seeds))])  # (S, b)
+    ref = score[bases[0]]  # (S, b): each seed's score baseline (the same configuration in every seed)
     cols = np.arange(b)
     out = {}
     for c in configs:
