@@ -48,8 +48,10 @@ def test_fast_dry_run_reports_every_paper_row_and_resumes(tmp_path, capsys):
         assert set(side["match"]) <= {"matched", "none qualifies", "not run"}
     claims = md[md.index("### The paper's claims on this run") :]  # decided by README's rule, on this run
     assert (
-        claims.count("| **") == 6
+        claims.count("| **") == 7
         and "`xsum-t5/fig4/table1.csv`" in claims
+        and "`xsum-t5/fig2/fig2.csv`" in claims  # against the repository's text.csv: "approximately 20%"
+        and "approximately 20%" in claims
         and "`xsum-t5/table5/table5.csv`" in claims
         and "`xsum-t5/fig5/fig5_best.csv`" in claims
     )

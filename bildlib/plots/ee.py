@@ -40,14 +40,20 @@ def baseline_score(s: pd.DataFrame) -> float:
 
 
 def best_within(s: pd.DataFrame, *curves: str, tolerances=(0.5, 1.0)) -> pd.DataFrame:
-    """The fastest configuration of each curve within each tolerance of the full model's score."""
+    """The fastest configuration of each curve within each tolerance of the full model's score, by
+    README's rule (analysis.verdicts.pick): the lower end of its 95 % interval of the score difference
+    to the full model clears -tolerance. A summary without intervals (n too small to bootstrap) picks
+    on the measured score, and its rows say so (picked_on)."""
     ref, out = baseline_score(s), []
     keep = ["label", "score", "speedup", "fallback", "rollback", "threshold", *spread_of(s)]
+    on_interval = "delta_lo" in s.columns and s["delta_lo"].notna().any()
     for curve in curves:
         rows = CURVES[curve][0](s)
         for tol in tolerances:
-            r = best_row(rows[rows["score"] >= ref - tol], "speedup")
-            out.append({"curve": curve, "within": tol} | ({} if r is None else {k: r[k] for k in keep}))
+            ok = rows["delta_lo"] >= -tol if on_interval else rows["score"] >= ref - tol
+            r = best_row(rows[ok], "speedup")
+            out.append({"curve": curve, "within": tol, "picked_on": "interval" if on_interval else "point"}
+                       | ({} if r is None else {k: r[k] for k in keep}))  # fmt: skip
     return pd.DataFrame(out)
 
 
