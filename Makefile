@@ -165,7 +165,9 @@ paper-dryrun: $(STAMP)
 	$(BIN)/python -m bildlib.experiments.paper.dryrun
 
 # The paper's tables on its checkpoints, with its numbers beside them (docs/paper-checkpoints.md): the
-# plan first, then fig4, fig2, fig5, fig8, table3 and table5 per preset (table2_lm for GPT-2), resumable, into
+# plan first, then fig4, fig2, fig5, fig8, table3 and table5 per preset (for GPT-2: gpt2 and gpt2-large
+# fine-tuned on WikiText-2 for 5 epochs as arXiv v1 did, bildlib.train.gpt2, then table2_lm on 512-token
+# chunks at v1's α_FB grid; PRESETS=wikitext2-gpt2 DEVICE=cuda: gpt2-large is 774 M parameters), resumable, into
 # build/reproduction/ with report.md and report.html. PRESETS: empty, every paper preset; N: 0, all of
 # validation; DRY=1: offline, on the dry run's random models (FAST=1: with its small grids).
 # DEVICE: the notebooks' device, auto where empty (DEVICE is also make figures', empty by default).

@@ -106,8 +106,8 @@ def test_errors(pair):
         P.score(model, ids + ids, 300, 100)
     with pytest.raises(ValueError, match="window must be an integer >= 2"):
         P.score(model, ids, 1, 1)
-    with pytest.raises(ValueError, match="stride must be in"):
-        P.score(model, ids, 16, 16)
+    with pytest.raises(ValueError, match=r"stride must be in \[1, window = 16\], got 17"):
+        P.score(model, ids, 16, 17)
     with pytest.raises(ValueError, match="stride must be an integer >= 1"):
         P.score(model, ids, 16, 0)
     with pytest.raises(ValueError, match="has 1 token"):
@@ -117,3 +117,18 @@ def test_errors(pair):
         P.policy(s, s, 1.5)
     with pytest.raises(ValueError, match="different streams"):
         P.policy(s, P.Scores(s.nll[:-1], s.pmax[:-1]), 0.5)
+
+
+def test_chunks_that_do_not_overlap(pair):
+    """stride = window (arXiv v1's 512-token chunks, make reproduce's table2_lm): each chunk is scored
+    alone, its first token context only, as one forward of the chunk scores it."""
+    assert P.windows(10, 4, 4) == [(0, 4, 1), (4, 8, 5), (8, 10, 9)]
+    tok, model = tiny_tokenizer(), pair[0]
+    ids = P.stream(tok, TEXTS)
+    s = P.score(model, ids, 8, 8)
+    assert len(s.nll) == len(ids) - math.ceil(len(ids) / 8)  # every token but each chunk's first
+    with torch.inference_mode():
+        x = torch.tensor(ids[8:16])[None]
+        lp = torch.log_softmax(model(input_ids=x).logits.float(), -1)[0, :-1]
+        want = -lp.gather(1, x[0, 1:, None])[:, 0].double().numpy()
+    np.testing.assert_allclose(s.nll[7:14], want, rtol=1e-5, atol=1e-6)  # chunk 2: its 7 scored tokens

@@ -138,3 +138,23 @@ def test_make_reproduce_passes_every_setting_as_the_module_takes_it():
     assert "--dry" not in line("PRESETS=xsum-t5")  # make -n's own n is not DRY
     full = ["--device", "cuda", "--n", "50", "--dry", "--fast"]
     assert line("DEVICE=cuda", "N=50", "DRY=1", "FAST=1") == full
+
+
+def test_gpt2_is_fine_tuned_before_table2_lm_reads_it(tmp_path, capsys, monkeypatch):
+    """wikitext2-gpt2 as v1 ran it: gpt2 and gpt2-large fine-tuned on WikiText-2 first (the dry run's:
+    one epoch on two blocks of the random models), and table2_lm given those as its checkpoints."""
+    seen, real = [], reproduce._execute
+
+    def spy(nb, params, out, in_process):
+        seen.append((nb, params.get("checkpoints")))
+        real(nb, params, out, in_process)
+
+    monkeypatch.setattr(reproduce, "_execute", spy)
+    args = ["--dry", "--fast", "--in-process", "--device", "cpu", "--root", str(tmp_path),
+            "--presets", "wikitext2-gpt2"]  # fmt: skip
+    assert reproduce.main(args) == 0
+    tuned = tmp_path / "wikitext2-gpt2" / "finetuned"
+    assert seen == [("table2_lm", {"small": str(tuned / "gpt2"), "large": str(tuned / "gpt2-large")})]
+    out = capsys.readouterr().out
+    assert "fine-tuned gpt2: epoch 1 of 1" in out and "fine-tuned gpt2-large: epoch 1 of 1" in out
+    assert all((tuned / m / "finetune.json").is_file() for m in ("gpt2", "gpt2-large"))

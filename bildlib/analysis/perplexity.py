@@ -9,6 +9,8 @@ The definition (README, *Language modelling*; v1 leaves these choices open):
 - **Windows.** Window w covers tokens [w·stride, w·stride + window); it scores the tokens no
   earlier window scored (all of the first, else its last `stride`), so each scored token sees at
   least window − stride tokens of context (HF's "perplexity of fixed-length models" recipe).
+  stride = window gives non-overlapping chunks (arXiv v1's 512-token chunks, HF's recipe at
+  stride = max_length): each chunk's first token is its context only and is not scored.
 - **Policy.** Token t is scored by the model fallback-only BiLD would have asked: the small
   model if its max probability at t, max p_S(· | x_<t), is at least α_FB, else the large one.
   This is `decoding.bild`'s rule (keep the small token iff p ≥ α_FB), on the reference text
@@ -52,18 +54,20 @@ def positions(model) -> int | None:
 
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     """(begin, end, first scored) of each window over a stream of n tokens: tokens [first, end)
-    are scored with context from begin. Every token but the stream's first is scored once."""
+    are scored with context from begin. Every token but the stream's first is scored once, except
+    with stride = window: then each window's first token is not scored."""
     check_count("window", window, minimum=2)
     check_count("stride", stride)
-    if not 1 <= stride < window:  # stride = window would leave each window's first token without context
-        raise ValueError(f"stride must be in [1, window - 1 = {window - 1}], got {stride}")
+    if not 1 <= stride <= window:
+        raise ValueError(f"stride must be in [1, window = {window}], got {stride}")
     if n < 2:
         raise ValueError(f"the token stream has {n} token(s): perplexity needs at least 2")
     out, done = [], 1  # token 0 has no context
     for b in range(0, n, stride):
         e = min(b + window, n)
-        if e > done:
-            out.append((b, e, done))
+        first = max(done, b + 1)  # a window's first token is context only: stride = window skips it
+        if e > first:
+            out.append((b, e, first))
             done = e
         if e == n:
             break

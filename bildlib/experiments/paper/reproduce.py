@@ -8,7 +8,8 @@ Per preset it prints the plan first (bildlib.experiments.preflight: models, memo
 time), checks that every checkpoint and dataset can be had (offline and uncached, it stops naming
 each missing one), then runs fig4 (Table 1 on the paper's grid), fig2 (the oracle's share of large
 tokens), fig5 (the ablations), fig8 (FLOPs and memory operations), table3 (Tables 3 and 4) and table5
-(Table 5), or table2_lm for GPT-2 (arXiv v1 Table 2): each notebook through papermill into
+(Table 5), or table2_lm for GPT-2 (arXiv v1 Table 2; both models fine-tuned on WikiText-2 first, as v1
+did: FINETUNED): each notebook through papermill into
 <root>/<preset>/<notebook>/, every sweep cached in <root>/results. Run again after an interruption,
 it skips the notebooks that finished (runs.csv) and resumes the others from the cache. Last, it
 writes report.md and report.html (self-contained, the figures inline): per preset and table, the
@@ -45,6 +46,9 @@ NOTEBOOKS = {
     # fallback-only BiLD at v1's α_FB grid
     "table2_lm": {"window": 512, "stride": 512, "fallbacks": [0.01, 0.02, 0.05, 0.1, 0.2]},
 }
+# arXiv v1 fine-tuned both GPT-2 models on WikiText-2 (5 epochs) before Table 2: so does make reproduce,
+# into <root>/<preset>/finetuned/<model>/ (bildlib.train.gpt2, resumable), and table2_lm reads those
+FINETUNED = {"wikitext2-gpt2"}
 CELL_TIMEOUT = 6 * 3600  # seconds a cell may run (the largest sweep of a preset, on a T4-class GPU)
 
 
@@ -138,6 +142,8 @@ def run(root: Path, names: list[str], device: str, n: int | None, dry: bool = Fa
                     "results_dir": str(root / "results")}  # fmt: skip
                 t0, err = time.perf_counter(), ""
                 try:
+                    if name in FINETUNED and nb == "table2_lm":
+                        params["checkpoints"] = finetuned(root, name, device, dry)
                     _execute(nb, params, out, in_process)
                 except Exception as e:  # recorded; the report marks the notebook's tables missing
                     err = f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
@@ -145,6 +151,25 @@ def run(root: Path, names: list[str], device: str, n: int | None, dry: bool = Fa
                                "seconds": round(time.perf_counter() - t0, 1), "error": err})  # fmt: skip
                 print(f"{name:>14} {nb:>9}: {'ok' if not err else err[:200]}", flush=True)
     return pd.read_csv(root / "runs.csv", keep_default_na=False)
+
+
+def finetuned(root: Path, name: str, device: str, dry: bool) -> dict:
+    """The preset's small and large models fine-tuned on its dataset as v1 did (train.gpt2; a run
+    that finished before is kept), as table2_lm's checkpoints. The dry run's: 1 epoch on 2 blocks."""
+    from bildlib.train import gpt2
+
+    cfg = gpt2.FinetuneConfig()
+    if dry:  # random models on the fixture's few paragraphs: the path, not the result
+        cfg = gpt2.FinetuneConfig(epochs=1, block=32, batch=2, max_blocks=2, eval_stride=32)
+    p, out = presets.get(name), {}
+    for which in ("small", "large"):
+        path = root / name / "finetuned" / getattr(p, which)
+        log = gpt2.finetune(getattr(p, which), path, cfg, device)
+        best = log["epochs"][log["best"] - 1]
+        print(f"{name:>14} fine-tuned {getattr(p, which)}: epoch {log['best']} of {cfg.epochs}, val "
+              f"perplexity {best['val_perplexity']:.2f} ({path})", flush=True)
+        out[which] = str(path)
+    return out
 
 
 def _execute(nb: str, params: dict, out: Path, in_process: bool) -> None:
