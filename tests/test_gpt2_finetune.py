@@ -10,7 +10,7 @@ import torch
 from bildlib.experiments.paper import dryrun
 from bildlib.train import gpt2
 
-CFG = gpt2.FinetuneConfig(epochs=2, block=32, batch=2, max_blocks=4, eval_stride=32, lr=1e-3)
+CFG = gpt2.FinetuneConfig(epochs=2, block=32, batch=2, max_blocks=4, lr=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ measured (v1: "fine-tuned for 5 epochs"; it states nothing else). The rest is tr
 - after each epoch, the val split's perplexity over 512-token chunks (as make reproduce measures
   it); the best epoch's model is saved (save_pretrained, with the tokenizer) to `out`.
 
-Resumable: after each epoch the model, optimizer, schedule and log go to <out>.resume/, and a
-second call goes on from the last finished epoch; a finished run returns its log at once.
+Resumable: after each epoch the model's, optimizer's and schedule's states and the log go to
+<out>.resume/state.pt, and a second call with the same config goes on from the last finished
+epoch; a finished run returns its log at once.
 
     python -m bildlib.train.gpt2 gpt2 --out build/gpt2-wikitext2/gpt2 --device cuda
 """
@@ -41,10 +42,9 @@ class FinetuneConfig:
     batch: int = 8
     seed: int = 0
     max_blocks: int | None = None  # train on the first max_blocks blocks only (the dry run); None: all
-    eval_stride: int = 512  # val perplexity over non-overlapping chunks of `block` tokens
 
     def __post_init__(self):
-        for k in ("epochs", "block", "batch", "eval_stride"):
+        for k in ("epochs", "block", "batch"):
             check_count(k, getattr(self, k))
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
@@ -71,9 +71,10 @@ def _load(model: str, device: torch.device):
 
 
 def _val_perplexity(m, ids: list[int], cfg: FinetuneConfig) -> float:
+    """Over non-overlapping chunks of `block` tokens (window = stride), as make reproduce measures it."""
     m.eval()
     try:
-        return perplexity.score(m, ids, cfg.block, min(cfg.eval_stride, cfg.block)).perplexity
+        return perplexity.score(m, ids, cfg.block, cfg.block).perplexity
     finally:
         m.train()
 
@@ -85,13 +86,14 @@ def finetune(model: str, out: Path | str, cfg: FinetuneConfig = FinetuneConfig()
     from transformers import get_linear_schedule_with_warmup
 
     from bildlib.models.load import resolve_device
+    from bildlib.train.loop import save_checkpoint
 
     out, dev = Path(out), resolve_device(device)
-    state_dir = out.with_name(out.name + ".resume")
+    resume = out.with_name(out.name + ".resume") / "state.pt"
     log_file = out / "finetune.json"
-    if log_file.is_file() and json.loads(log_file.read_text()).get("epochs_done") == cfg.epochs:
-        return json.loads(log_file.read_text())
-    m, tok = _load(str(state_dir / "model") if (state_dir / "model").is_dir() else model, dev)
+    if log_file.is_file() and (done := json.loads(log_file.read_text())).get("epochs_done") == cfg.epochs:
+        return done
+    m, tok = _load(model, dev)
     train_ids = perplexity.stream(tok, data.load("wikitext2", "train").texts)
     val_ids = perplexity.stream(tok, data.load("wikitext2", "val").texts)
     x = blocks(train_ids, cfg.block)[: cfg.max_blocks]
@@ -99,8 +101,11 @@ def finetune(model: str, out: Path | str, cfg: FinetuneConfig = FinetuneConfig()
     opt = torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=0.0)
     sched = get_linear_schedule_with_warmup(opt, 0, steps * cfg.epochs)
     log = {"model": model, "config": dataclasses.asdict(cfg), "blocks": len(x), "epochs": [], "best": None}
-    if (state_dir / "state.pt").is_file():
-        st = torch.load(state_dir / "state.pt", weights_only=False)
+    if resume.is_file():
+        st = torch.load(resume, weights_only=False)
+        if st["log"]["config"] != log["config"]:
+            raise ValueError(f"{resume} was saved by a run with another config; delete it to start afresh")
+        m.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
         log = st["log"]
@@ -122,26 +127,15 @@ def finetune(model: str, out: Path | str, cfg: FinetuneConfig = FinetuneConfig()
                               "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
         if log["best"] is None or ppl < log["epochs"][log["best"] - 1]["val_perplexity"]:
             log["best"] = epoch
-            _save(m, tok, out)
-        _save(m, tok, state_dir / "model")
-        with data.atomic_path(state_dir / "state.pt") as tmp:
-            torch.save({"opt": opt.state_dict(), "sched": sched.state_dict(), "log": log}, tmp)
+            save_checkpoint(m, tok, out, "float32")
+        with data.atomic_path(resume) as tmp:
+            torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                        "log": log}, tmp)  # fmt: skip
     log["epochs_done"] = cfg.epochs
     with data.atomic_path(log_file) as tmp:
         tmp.write_text(json.dumps(log, indent=1))
-    shutil.rmtree(state_dir, ignore_errors=True)
+    shutil.rmtree(resume.parent, ignore_errors=True)
     return log
-
-
-def _save(m, tok, path: Path) -> None:
-    """save_pretrained into a fresh folder beside path, then in its place: never half a model."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    m.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if path.is_dir():
-        shutil.rmtree(path)
-    tmp.rename(path)
 
 
 def main(argv: list[str] | None = None) -> int:

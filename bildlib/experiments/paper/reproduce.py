@@ -160,7 +160,7 @@ def finetuned(root: Path, name: str, device: str, dry: bool) -> dict:
 
     cfg = gpt2.FinetuneConfig()
     if dry:  # random models on the fixture's few paragraphs: the path, not the result
-        cfg = gpt2.FinetuneConfig(epochs=1, block=32, batch=2, max_blocks=2, eval_stride=32)
+        cfg = gpt2.FinetuneConfig(epochs=1, block=32, batch=2, max_blocks=2)
     p, out = presets.get(name), {}
     for which in ("small", "large"):
         path = root / name / "finetuned" / getattr(p, which)
