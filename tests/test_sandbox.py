@@ -43,7 +43,21 @@ try:
     greedy = "allocated"
 except MemoryError:
     greedy = "MemoryError"
-print(json.dumps({"limits": limits, "nets": nets, "greedy": greedy,
+import sys
+before, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10, type(sys.stdout).__name__
+own = sys.stdout.write
+sys.stdout.write = print  # as IPython's tee does for every cell: the stream's own write should stay
+kept = sys.stdout.write == own
+try:
+    del sys.stdout.write  # where it was replaced, the class's own again
+except AttributeError:
+    pass
+for _ in range(4096):  # 256 MiB to stderr, in a tight loop (the test reads stdout only)
+    sys.stderr.write("z" * 65536)
+grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
+history = [o.output_type for o in get_ipython().history_manager.outputs[get_ipython().execution_count]]
+print(json.dumps({"stream": {"kind": kind, "kept": kept, "grew": grew, "history": history},
+                  "limits": limits, "nets": nets, "greedy": greedy,
                   "reach": [reach(("1.1.1.1", 53)), reach(("127.0.0.1", 22))],
                   "cgroup": open("/proc/self/cgroup").read(), "mounts": mounts, "loose": sorted(loose),
                   "uid": os.getuid(), "gid": os.getgid(),
@@ -76,7 +90,7 @@ def _run_in_sandbox(tmp_path: Path, work: Path, code: str, env: dict | None = No
             m = kc.get_iopub_msg(timeout=120)
             if m["parent_header"].get("msg_id") != msg_id:
                 continue
-            if m["msg_type"] == "stream":
+            if m["msg_type"] == "stream" and m["content"]["name"] == "stdout":
                 out.append(m["content"]["text"])
             if m["msg_type"] == "error":
                 raise AssertionError("\n".join(m["content"]["traceback"]))
@@ -170,6 +184,15 @@ def test_the_kernel_has_its_limits_and_no_network(probed):
     v1 = (L.CGROUP / "memory" / "memory.limit_in_bytes").is_file()  # v1: nothing to hand down, so it is made
     if os.geteuid() == 0 and v1 and "memory" in L._hierarchies():
         assert memory, "a root grader on a writable cgroup v1 memory hierarchy made no memory cgroup"
+
+
+def test_a_flood_of_output_stays_out_of_the_kernels_memory(probed):
+    """The kernel's stdout and stderr are stream.BoundedOutStream: IPython's tee cannot replace their
+    write, so its output history keeps no stream text, and 256 MiB written in a tight loop grows
+    the kernel by far less than itself (ipykernel and IPython alone held all of it)."""
+    got = probed[0]["stream"]
+    assert got["kind"] == "BoundedOutStream" and got["kept"] and got["history"] == [], got
+    assert got["grew"] < 64 << 20, got
 
 
 def test_what_the_kernel_writes_stays_in_the_box(probed):

@@ -13,7 +13,9 @@ grader ends every sandbox it started.
   grader through Unix sockets in a folder of its own);
 - what the grader itself spends on a kernel's behalf is bounded where it takes the request:
   frames (wire.MAX_FRAME), tokens per model call and calls per exercise (verdict.Budget), and the
-  notebook's output (autograde's BoundedExecute keeps OUTPUT_BYTES and drops the rest).
+  notebook's output (autograde's BoundedExecute keeps OUTPUT_BYTES and drops the rest);
+- output in the kernel: its stdout and stderr hold at most STREAM_BYTES before a write waits for
+  the send (stream.BoundedOutStream), so a cell printing without end never fills its memory.
 
 The cgroups live under <hierarchy>/bildlib-sandbox/g<grader pid>/k<kernel pid>: `outer` (the
 kernel's first process, on the host) makes its own and enters it, so everything the kernel starts
@@ -38,6 +40,7 @@ CPU_SECONDS = 3600  # per process
 OPEN_FILES = 1024
 FILE_BYTES = 256 << 20  # one file the kernel writes (its tmpfs folders are 256 MiB each)
 OUTPUT_BYTES = 4 << 20  # of a notebook's outputs kept by the grader; the rest is dropped, and said so
+STREAM_BYTES = 64 << 10  # the kernel's stdout (or stderr) holds before a write waits for the send (stream)
 CGROUP = Path("/sys/fs/cgroup")
 SANDBOX = "bildlib.notebook.tutorial.sandbox"  # the module a sandbox's first process runs (sandbox.MODULE)
 PARENT = "bildlib-sandbox"

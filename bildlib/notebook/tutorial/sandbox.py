@@ -23,8 +23,7 @@ the home folder, not another checkout, not /etc beyond what the dynamic loader r
 It has no network (an empty network namespace): it talks to nbgrader and to the grader (verdict)
 through Unix sockets in one folder the grader made for it (the connection file's `ip` with
 transport "ipc"), bound into its root writable. What it may spend is limited before it starts
-(tutorial.limits). The checks run in the grader, so what a kernel does inside its sandbox cannot
-change a grade (verdict).
+(tutorial.limits). The checks run in the grader: what a kernel does here cannot change a grade.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from bildlib.notebook.tutorial import limits
 
 NAME = "bildlib-sandbox"
 MODULE = limits.SANDBOX  # this module (run with -m, its __name__ is __main__)
+OUTSTREAM = "bildlib.notebook.tutorial.stream.BoundedOutStream"  # the kernel's stdout, stderr (stream)
 NOBODY = 65534  # the kernel's uid and gid on the host where the grader is root
 ROOT = Path("/dev/shm")  # where the new root is built, in the namespace only (its tmpfs hides the host's)
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -159,12 +159,12 @@ def inner(connection_file: str, extra: list[str], nobody: bool) -> int:
     kf.write_text(conn)
     _own(kf, uid)
     env = {k: v for k, v in os.environ.items() if k in ENV or k.startswith(ENV_PREFIXES)}
-    env |= {"HOME": "/tmp/home", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl",
-                        "XDG_CACHE_HOME": "/tmp/cache", "TMPDIR": "/tmp", "JPY_PARENT_PID": "1",
-                        "MALLOC_ARENA_MAX": "2"}  # fmt: skip
+    env |= {"HOME": "/tmp/home", "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl", "TMPDIR": "/tmp",
+            "XDG_CACHE_HOME": "/tmp/cache", "JPY_PARENT_PID": "1", "MALLOC_ARENA_MAX": "2"}  # fmt: skip
     who = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
     argv = ["setpriv", *who, "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
-            sys.executable, "-m", "ipykernel_launcher", "-f", str(kf), *extra]  # fmt: skip
+            sys.executable, "-m", "ipykernel_launcher", "-f", str(kf),
+            f"--IPKernelApp.outstream_class={OUTSTREAM}", *extra]  # fmt: skip
     cgroups = [c for c in os.environ.get(CGROUPS, "").split(",") if c]
     child = subprocess.Popen(argv, env=env, cwd=work, process_group=0,  # signals reach it through init only
                              preexec_fn=lambda: limits.rlimits(nobody, cgroups))  # fmt: skip
