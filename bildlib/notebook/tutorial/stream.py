@@ -5,7 +5,7 @@ A cell printing without end in a tight loop (docs/teaching.md, *Limits*) grew th
 what it printed, in two places, so on a fast CPU it died at the sandbox's 3 GiB and on a slower
 one ran to its timeout:
 - IPython (9.x) keeps every string a cell writes in its output history (InteractiveShell._tee
-  sets the stream's `write` to a wrapper for the cell's run), for the whole session;
+  sets the stream's `write` to a wrapper for the cell's run), as long as the kernel lives;
 - ipykernel gathers what is written and sends it every 0.2 s from its IO thread, so between two
   sends it holds whatever the cell wrote meanwhile.
 
