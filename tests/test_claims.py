@@ -355,3 +355,27 @@ def test_early_exit_best_picks_on_the_interval():
     ref = float(s[s["label"] == "vanilla-ee"]["score"].iloc[0])
     pt = s[s["label"].str.startswith("bild-ee") & (s["score"] >= ref - 0.5)]
     assert p.iloc[0]["label"] == pt.loc[pt["speedup"].idxmax(), "label"] and set(p["picked_on"]) == {"point"}
+
+
+def test_a_short_speedup_gives_the_pick_s_measured_time(tree):
+    """Where a speedup falls short, the reason is the pick's own sweep: its shares of time, its
+    large calls a sentence and their cost in large steps, and the small step over the large one,
+    all recomputed here from fig4.csv; a changed large-model time moves them."""
+    t = pd.read_csv(tree / "figures" / "full" / "table1.csv")
+    r = t[(t["model"] == "BiLD (aligned)") & (t["regime"] == "≤ 1 point")].iloc[0]
+    f = pd.read_csv(tree / "figures" / "full" / "fig4.csv")
+    f = f[f["repeat"] == 0]
+    b = f[(f["model"] == "aligned") & (f["fallback"] == r["fallback"]) & (f["rollback"] == r["rollback"])]
+    b = b.iloc[0]
+    per = {m: f[f["label"] == f"vanilla-{m}"].iloc[0] for m in ("large", "aligned")}
+    step = {m: v["latency_s"] * v["n"] / v["tokens"] for m, v in per.items()}
+    said = numbers.why_slow(tree, "figures/full", r)
+    assert f"{100 * b['large_s'] / b['latency_s']:.0f} % in the large" in said, said
+    assert f"({b['large_calls'] / b['n']:.1f} calls a sentence" in said, said
+    assert f"each {b['large_s'] * b['n'] / b['large_calls'] / step['large']:.1f} large steps" in said, said
+    assert f"a small step costs {100 * step['aligned'] / step['large']:.0f} % of a large one" in said, said
+    _edit(tree / "figures" / "full" / "fig4.csv", {"label": b["label"]}, large_s=b["latency_s"] * 0.9)
+    assert "90 % in the large" in numbers.why_slow(tree, "figures/full", r)
+    _edit(tree / "figures" / "full" / "fig4.csv", {"label": "vanilla-aligned"}, repeat=1)
+    with pytest.raises(ReportError, match="not one vanilla row per model"):
+        numbers.why_slow(tree, "figures/full", r)
