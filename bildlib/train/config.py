@@ -37,7 +37,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     seed: int = 0
     device: str = "auto"
-    bf16: bool = True  # autocast matmuls to bf16 (about 2x faster on CPUs with AVX512-BF16, and on GPUs)
+    bf16: bool = True  # autocast matmuls to bf16 where the hardware has it (loop.use_bf16): about 2x faster
     save_dtype: str = "float32"  # "bfloat16" halves the files; config.json keeps float32, so loading upcasts
     exits: str = ""  # loss over exits (train.exits): "" last layer, "ee" (L_e + L_n) / 2, "calm" sum i L_i
     exit_layer: int = 1  # "ee": the exit layer e (1-based), the early-exit BiLD model's small view
