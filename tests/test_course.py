@@ -19,7 +19,8 @@ import pytest
 from bildlib.notebook.tutorial import autograde, course, limits
 from conftest import REPO
 
-# few sentences and timed repeats; a cell that does not hang takes 10 s at most here (the imports)
+# few sentences and timed repeats; a student's cell that does not hang takes a few s at most here (the
+# course's setup, imports and models, has limits.SETUP_SECONDS whatever the timeout: tutorial.execute)
 PARAMS = {"n_examples": 2, "n_sweep": 3, "alphas": [0.5], "threads": 1, "rounds": 3}
 HANG_TIMEOUT = 20  # exercise 3's check hangs: it costs this (room for a laptop 2.5x slower than CI's)
 
@@ -160,6 +161,30 @@ def _sleepers() -> list[str]:
 def _state(path: Path) -> tuple:
     st = os.lstat(path)
     return hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(st.st_mode)
+
+
+def test_the_courses_setup_cells_get_their_own_timeout(built):
+    """The release's cells before exercise 1 (imports, the models) get at least SETUP_SECONDS while
+    they lead the notebook unchanged; a student's cell, and every cell after one, gets --timeout."""
+    from bildlib.notebook.tutorial import execute
+
+    release = built / "release" / "tutorial" / "tutorial.ipynb"
+    setup = execute.setup_sources(release)
+    assert any("open_lab(" in s for s in setup) and not any("NotImplementedError" in s for s in setup)
+    ex = execute.BoundedExecute(timeout=HANG_TIMEOUT, setup_sources=setup)
+    ex.nb = nb = nbformat.read(release, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    want = [limits.SETUP_SECONDS] * len(setup) + [HANG_TIMEOUT]
+    assert [ex.timeout_of(c) for c in code[: len(setup) + 1]] == want
+    ex.reset_execution_trackers()  # as nbconvert's preprocess does: nbclient then asks timeout_of
+    assert [ex._get_timeout(c) for c in code[: len(setup) + 1]] == want
+    nb.cells.insert(1, nbformat.v4.new_code_cell("import time\ntime.sleep(10**6)"))  # a student's, first
+    assert {ex.timeout_of(c) for c in nb.cells if c.cell_type == "code"} == {HANG_TIMEOUT}
+    del nb.cells[1]
+    code[1].source += "\n"  # the setup cell changed: its own timeout no longer
+    assert [ex.timeout_of(c) for c in code[:3]] == [limits.SETUP_SECONDS, HANG_TIMEOUT, HANG_TIMEOUT]
+    ex.timeout = None  # none given: none for the setup either
+    assert ex.timeout_of(code[0]) is None
 
 
 def test_autograde_gives_each_submission_its_points(built, tmp_path):

@@ -17,7 +17,7 @@ once and leaves the gradebook as it was before the student in progress.
   holds only the system, the Python environment, the package, its data and the handouts, read-only,
   and a private copy of its working folder; nothing it writes reaches a folder nbgrader reads back,
   and every process it started ends with it; what it may spend is limited (tutorial.limits); a
-  cell timeout is its row's error;
+  cell timeout is its row's error (the course's setup cells get >= 300 s: tutorial.execute);
 - each hidden test serves the student's function to the grader in this process, which runs the
   exercise's check (tutorial.verdict) and writes the points into nbgrader's gradebook: a hidden
   test that never reached the grader, or whose check failed, scores 0 whatever the kernel printed.
@@ -179,7 +179,7 @@ def _one(out: Path, student: str, src: Path, check, timeout: int, stop: dict) ->
         env = server.env | {sandbox.COURSE: str(out), "JUPYTER_PATH": path}
         try:
             with execute.environ(env):
-                api = execute.api(scratch, timeout, sockets)
+                api = execute.api(scratch, timeout, sockets, out)
                 r = api.autograde(ASSIGNMENT, student, force=True, create=True)
         finally:
             server.close()

@@ -40,6 +40,7 @@ CPU_SECONDS = 3600  # per process
 OPEN_FILES = 1024
 FILE_BYTES = 256 << 20  # one file the kernel writes (its tmpfs folders are 256 MiB each)
 OUTPUT_BYTES = 4 << 20  # of a notebook's outputs kept by the grader; the rest is dropped, and said so
+SETUP_SECONDS = 300  # the course's own leading cells at least (execute.BoundedExecute), whatever --timeout
 STREAM_BYTES = 64 << 10  # the kernel's stdout (or stderr) holds before a write waits for the send (stream)
 CGROUP = Path("/sys/fs/cgroup")
 SANDBOX = "bildlib.notebook.tutorial.sandbox"  # the module a sandbox's first process runs (sandbox.MODULE)
