@@ -61,3 +61,17 @@ def test_each_kind_pairs_its_cards_and_refuses_an_unknown_name():
     assert modelcard.partner("student", "multi30k-student") is None
     with pytest.raises(SystemExit, match="no model 'nope'; the names are multi30k-lm-small, "):
         modelcard.main(["lm", "--publish", "nope"])
+
+
+def test_a_card_says_how_its_model_was_trained_not_what_was_asked():
+    """train.loop.use_bf16 trains in float32 where the CPU has no native bf16, and the log says so
+    (autocast): the card reads it; a log from before that was recorded ran what its config asked."""
+    m = json.loads((REPO / "data" / "checkpoints" / "cards" / "multi30k-lm-large.json").read_text())
+    other = json.loads((REPO / "data" / "checkpoints" / "cards" / "multi30k-lm-small.json").read_text())
+    assert m["train"]["config"]["bf16"] and "autocast" not in m["train"]  # an older log: it autocast
+    assert "bf16 autocast, " in modelcard.card("lm", m, other)
+    m["train"]["autocast"] = "float32"
+    text = modelcard.card("lm", m, other)
+    assert "bf16 autocast" not in text and "float32 (bf16 asked; no native bf16 here" in text
+    m["train"]["config"]["bf16"] = False
+    assert f"lr {m['train']['config']['lr']}, float32, " in modelcard.card("lm", m, other)  # asked none

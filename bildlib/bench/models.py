@@ -47,7 +47,8 @@ PAIR_ROLES = {
         "`multi30k-small-aligned-continued` and is not shipped"
     ),
 }
-TRAIN_KEYS = ("command", "n_train", "steps_per_epoch", "wall_s", "best", "machine")  # the pair's train logs
+# the pair's train logs' keys the cards read (autocast: absent from logs before train.loop.use_bf16)
+TRAIN_KEYS = ("command", "n_train", "steps_per_epoch", "wall_s", "best", "machine", "autocast")
 CONFIG = ("d_model", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "d_kv", "vocab_size")
 
 
@@ -149,7 +150,7 @@ def measure_ee(name: str, n: int | None = None, threads: int = 2, folder=CHECKPO
     layers = model.config.num_decoder_layers
     exits = {i: greedy(exit_views(model, tok, name, i)[0], val) for i in range(1, layers)}
     exits[layers] = greedy(LM(model, tok, name, "lean"), val)
-    train = _train(path, ("command", "wall_s", "best", "machine", "config"))
+    train = _train(path, ("command", "wall_s", "best", "machine", "config", "autocast"))
     return {"name": name, "n_val": len(val), "exits": exits, "machine": machine(), "threads": threads,
             "train": train}  # fmt: skip
 
@@ -166,7 +167,8 @@ def measure_lm(name: str, n: int | None = None, threads: int = 2, folder=CHECKPO
     ppl = perplexity.score(model, perplexity.stream(tok, table2.texts(p.name, "val", n)), WINDOW, STRIDE)
     gen = greedy(LM(model, tok, name, "lean"), val, p.max_new_tokens, p.prompt)
     c = model.config
-    train = _train(path, ("command", "wall_s", "best", "machine", "config", "n_train", "n_chunks"))
+    keys = ("command", "wall_s", "best", "machine", "config", "n_train", "n_chunks", "autocast")
+    train = _train(path, keys)
     size = {"layers": c.n_layer, "d_model": c.n_embd, "heads": c.n_head, "d_ff": c.n_inner,
             "parameters": sum(t.numel() for t in model.parameters())}  # fmt: skip
     return {"name": name, "n_val": len(val), "size": size, "perplexity": round(ppl.perplexity, 3),
@@ -194,5 +196,5 @@ def measure_student(path: str, n: int | None = None, threads: int = 2, rounds: i
     return {"name": Path(path).name, "path": repo_relative(path), "machine": machine(), "threads": threads,
             "profile": profile.iloc[0].to_dict(), "step_ms": step,
             "val": evaluate(path, "val", n), "test_2016_flickr": evaluate(path, "test_2016_flickr", n),
-            "train": {k: log.get(k) for k in ("command", "wall_s", "best", "machine", "config")}
+            "train": {k: log.get(k) for k in ("command", "wall_s", "best", "machine", "config", "autocast")}
             | {"epochs": len(log["epochs"])}}  # fmt: skip

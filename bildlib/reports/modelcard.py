@@ -68,12 +68,22 @@ def card(kind: str, m: dict, other: dict | None = None) -> str:
     return (TEMPLATES / f"{kind}.md").read_text().format_map(fields(kind, m, other or {}))
 
 
+def precision(t: dict) -> str:
+    """How a training run multiplied: its log's `autocast` (train.loop.use_bf16: bf16 only where the
+    hardware has it); a log from before that was recorded autocast whenever its config's bf16 said so."""
+    asked = t["config"].get("bf16", False)
+    ran = t.get("autocast") or ("bfloat16" if asked else "float32")
+    if ran == "bfloat16":
+        return "bf16 autocast"
+    return "float32 (bf16 asked; no native bf16 here: train.loop.use_bf16)" if asked else "float32"
+
+
 def fields(kind: str, m: dict, other: dict) -> dict:
     """What a template names beyond m's own numbers: derived values, phrases and defaults."""
     t = m["train"]
     mach = t["machine"]
     f = {"name": m["name"], "m": m, "t": t, "mach": mach, "wall_min": t["wall_s"] / 60,
-         "gpu": mach.get("cuda") or "no GPU", "c": t["config"]}  # fmt: skip
+         "gpu": mach.get("cuda") or "no GPU", "c": t["config"], "precision": precision(t)}  # fmt: skip
     if kind == "pair":
         f["c"], cmd = m["config"], f"python -m bildlib.train {m['name']}"
         if m["name"] == "multi30k-small-aligned":
