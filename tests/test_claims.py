@@ -25,7 +25,14 @@ def tree(tmp_path):
         shutil.copytree(REPO / d, tmp_path / d)
     (tmp_path / "data" / "checkpoints").mkdir()
     shutil.copy(REPO / "data" / "checkpoints" / "pair.json", tmp_path / "data" / "checkpoints")
+    shutil.copytree(REPO / "data" / "checkpoints" / "cards", tmp_path / "data" / "checkpoints" / "cards")
     return tmp_path
+
+
+def _at_release(root, checks: str) -> None:
+    """The run behind checks made at the release's code state, as if the release had run it."""
+    f = root / checks
+    f.write_text(json.dumps(json.loads(f.read_text()) | {"code": verdicts.release_code(root)}))
 
 
 def _verdicts(root) -> dict[str, str]:
@@ -186,6 +193,7 @@ def test_a_changed_committed_number_moves_the_verdict(tree):
     hold here; qualifying within 1 only, to holds in part."""
     name = "Early-exit BiLD is faster than CALM at the same quality (Figs. 6, 7)"
     f = tree / "figures" / "fig7.csv"
+    _at_release(tree, "figures/fig7_checks.json")
     assert _verdicts(tree)[name] == "holds"
     _edit(f, {"label": "calm-state-l0.95-tau8"}, delta=0.0, delta_lo=-0.8, speedup_hi=1.7)
     assert _verdicts(tree)[name] == "holds in part (within 0.5)"
@@ -381,3 +389,25 @@ def test_a_short_speedup_gives_the_pick_s_measured_time(tree):
     _edit(tree / "figures" / "full" / "fig4.csv", {"label": "vanilla-aligned"}, repeat=1)
     with pytest.raises(ReportError, match="not one vanilla row per model"):
         numbers.why_slow(tree, "figures/full", r)
+
+
+def test_a_claim_is_judged_only_on_a_run_of_the_release(tree):
+    """A row whose run names another code state than the release's (figures/release_times.csv's
+    last) is not judged and quotes no other code state: it says what would run it; made at the
+    release's code state, the same run is judged; a later release leaves every row unjudged."""
+    name = "Early-exit BiLD is faster than CALM at the same quality (Figs. 6, 7)"
+    code = verdicts.release_code(tree)
+    checks = json.loads((tree / "figures" / "fig7_checks.json").read_text())
+    row = next(ln for ln in claims.block(tree).splitlines() if ln.startswith(f"| {name}"))
+    if checks["code"] != code:
+        assert _verdicts(tree)[name] == "not run at this release"
+        assert checks["code"] not in row and f"code `{code}`" in row and "`make models-ee` trains" in row
+    _at_release(tree, "figures/fig7_checks.json")
+    assert _verdicts(tree)[name] == "holds"
+    t = pd.read_csv(tree / verdicts.RELEASE, dtype={"code": str})
+    t.loc[len(t)] = ["figures", "0123456789ab", 1.0, 0, "a later machine"]
+    t.to_csv(tree / verdicts.RELEASE, index=False)
+    got = _verdicts(tree)
+    assert set(got.values()) == {"not run at this release"} and len(got) == 14
+    assert "`make release` reruns figures/full/table1.csv" in claims.block(tree)
+

@@ -15,6 +15,7 @@ from bildlib.analysis.tables import read_csv, read_json
 from bildlib.analysis.verdicts import (
     NO_INTERVAL,
     NO_LOSS,
+    NOT_RUN,
     PAPER,
     RULE,
     VERDICTS,
@@ -27,6 +28,7 @@ from bildlib.analysis.verdicts import (
     _span,
     _table1,
     _x,
+    at_release,
     faster,
     label,
     missing,
@@ -278,7 +280,7 @@ def claims(root: Path, p: pd.DataFrame, where: dict = WHERE, which=CLAIMS) -> li
 
 def block(root: Path) -> str:
     """README's claims block: the table, then the rule and the scale it was decided at."""
-    made = claims(root, paper_rows(root))
+    made = at_release(root, claims(root, paper_rows(root)))
     pair = read_json(root, "data/checkpoints/pair.json")["models"]
     large, small = (pair[f"multi30k-{m}"]["params"] / 1e6 for m in ("large", "small"))
     scale = (
@@ -288,4 +290,4 @@ def block(root: Path) -> str:
     )
     counts = pd.Series([c.verdict for c in made]).value_counts()
     tally = "; ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS)
-    return table(made) + f"\n\n**{len(made)} claims** ({tally}). {RULE} {scale}"
+    return table(made) + f"\n\n**{len(made)} claims** ({tally}). {RULE} {NOT_RUN} {scale}"

@@ -13,7 +13,8 @@ verdict names them), and does not hold here when none does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +35,7 @@ RULE = (
     "1×. Unaligned and aligned BiLD are judged apart. A claim holds when every part holds, holds in part "
     "when some do (named), and does not hold here when none does."
 )  # fmt: skip
-VERDICTS = ("holds", "holds in part", "does not hold here")
+VERDICTS = ("holds", "holds in part", "does not hold here", "not run at this release")
 NO_INTERVAL = "no 95 % interval recorded (the run keeps a mean and std over seeds)"
 
 
@@ -200,10 +201,11 @@ class Claim:
     parts: list[Part]
     source: str  # the committed file the parts read
     run: str  # where it ran: the checks file's machine and sample
+    absent: str = ""  # why its run is not the release's and what would make it (at_release); "": it is
 
     @property
     def verdict(self) -> str:
-        return verdict(self.parts)
+        return VERDICTS[3] if self.absent else verdict(self.parts)
 
     @property
     def shown(self) -> str:
@@ -223,6 +225,54 @@ def table(made: list[Claim]) -> str:
     rows = []
     for c in made:
         here = "; ".join(f"{q.name}: {q.what} ({q.verdict}{_why(q)})" for q in c.parts)
-        rows.append([c.claim, c.paper, f"{here}. *{c.run}*", f"**{c.shown}**", f"`{c.source}`"])
+        here = c.absent or f"{here}. *{c.run}*"
+        rows.append([c.claim, c.paper, here, f"**{c.shown}**", f"`{c.source}`"])
     head = ["the paper's claim", "the paper's evidence", "here [95 %]", "verdict", "from"]
     return md_table(head, rows)
+
+
+# --- one code state: a claim is judged only on a run of the release's ---------------------------
+
+RELEASE = "figures/release_times.csv"  # make release's record (bildlib.reports.release): its last code
+STATE = re.compile(r"code `([^`]+)`")  # as _run names a run's code state
+UNSHIPPED = {  # a run whose models are not shipped: the make targets that train them, then run it
+    "fig7.csv": ("models-ee", "figures-ee", ("multi30k-ee", "multi30k-calm")),
+    "table2_lm.csv": ("models-lm", "figures-lm", ("multi30k-lm-large", "multi30k-lm-small")),
+}
+NOT_RUN = (
+    "A claim whose run is from another code state than the release's is not judged: it reads not run "
+    "at this release, with what would run it."
+)
+
+
+def release_code(root: Path) -> str | None:
+    """The code state of the last release (the last row of figures/release_times.csv); None: none."""
+    if not (root / RELEASE).is_file():
+        return None
+    t = read_csv(root, RELEASE)
+    return str(t["code"].iloc[-1]) if len(t) else None
+
+
+def at_release(root: Path, made: list[Claim]) -> list[Claim]:
+    """Each claim as the release can state it: one whose run names another code state than the
+    release's (or none) is not judged on it, and says what would run it."""
+    code = release_code(root)
+    out = []
+    for c in made:
+        m = STATE.search(c.run)
+        out.append(c if code is None or (m and m[1] == code) else replace(c, absent=_rerun(root, c, code)))
+    return out
+
+
+def _rerun(root: Path, c: Claim, code: str) -> str:
+    first = c.source.split(",")[0].strip()
+    head = f"not run at this release (code `{code}`)"
+    if (u := UNSHIPPED.get(Path(first).name)) is None:
+        return f"{head}: `make release` reruns {c.source}"
+    models, figures, names = u
+    train = [read_json(root, f"data/checkpoints/cards/{n}.json")["train"] for n in names]
+    minutes = sum(t["wall_s"] for t in train) / 60
+    return (f"{head}: its models are not shipped (the tracked tree's budget); `make {models}` trains "
+            f"{' and '.join(names)} ({minutes:.0f} min in all on {train[0]['machine']['threads']} CPU "
+            f"threads, by their cards in data/checkpoints/cards/), then `make {figures}` runs it; "
+            f"{c.source} holds an earlier run's numbers")
