@@ -91,7 +91,7 @@ def test_the_better_of_two_models_is_not_the_claim(tree):
     """Unaligned qualifies and is faster, aligned has no pick: the lenient reading (the better of the
     two) says holds; the strict one holds in part and names unaligned."""
     f = tree / "figures" / "full" / "table1.csv"
-    _edit(f, {"rule": "interval", "model": "BiLD (unaligned)"}, speedup_lo=1.3, speedup_hi=1.6)
+    _edit(f, {"rule": "interval", "model": "BiLD (unaligned)"}, speedup=1.45, speedup_lo=1.3, speedup_hi=1.6)
     _edit(f, {"rule": "interval", "model": "BiLD (aligned)", "regime": "no loss"}, speedup=float("nan"))
     c = _claim(tree, claims.no_loss)
     assert [p.holds for p in c.parts] == [True, False]
@@ -259,9 +259,13 @@ def test_the_papers_numbers_are_the_bars(tree):
     lo = t1.loc[t1["speedup"].idxmax(), "speedup_lo"]
     _edit(f, {"where": "Abstract"}, value=round(lo - 0.01, 2))  # below the fastest pick's lower end
     assert _claim(tree, numbers.headline).verdict == "holds"
-    _edit(f, {"where": "Fig. 8", "quantity": "memory operations (vanilla over BiLD)"}, value=3)
-    c = _claim(tree, numbers.fig8)
-    assert [p.holds for p in c.parts] == [True, False, True, False]  # 2.6x fewer bytes rounds to 3
+    f8 = pd.read_csv(tree / "figures" / "fig8.csv").query("run == 'BiLD'").set_index("pair")["bytes_rel"]
+    pairs = ("T5-small/large (configs; the paper's CNN/DM pair)", "multi30k (shipped)")
+    fewer = [round(1 / f8[k]) for k in pairs]
+    assert not any(p.holds for p in _claim(tree, numbers.fig8).parts) and max(fewer) < 5
+    _edit(f, {"where": "Fig. 8", "quantity": "memory operations (vanilla over BiLD)"}, value=fewer[0])
+    c = _claim(tree, numbers.fig8)  # the T5 pair's fewer bytes round to the bar: that part holds
+    assert [p.holds for p in c.parts] == [True, False, fewer[1] >= fewer[0], False]
     c = json.loads((tree / "figures" / "latency_scatter_checks.json").read_text())
     k = c["examples"] - c["slower examples"]
     assert not _claim(tree, numbers.faster_examples).parts[0].holds  # k of 100 against "> 97 %"
@@ -373,7 +377,9 @@ def test_a_short_speedup_gives_the_pick_s_measured_time(tree):
     r = t[(t["model"] == "BiLD (aligned)") & (t["regime"] == "≤ 1 point")].iloc[0]
     f = pd.read_csv(tree / "figures" / "full" / "fig4.csv")
     f = f[f["repeat"] == 0]
-    b = f[(f["model"] == "aligned") & (f["fallback"] == r["fallback"]) & (f["rollback"] == r["rollback"])]
+    b = f[(f["model"] == "aligned") & (f["method"] == "bild")]
+    b = b[[verdicts._same(x, r) for _, x in b.iterrows()]]  # its fallback, rollback and verify_end
+    assert len(b) == 1
     b = b.iloc[0]
     per = {m: f[f["label"] == f"vanilla-{m}"].iloc[0] for m in ("large", "aligned")}
     step = {m: v["latency_s"] * v["n"] / v["tokens"] for m, v in per.items()}

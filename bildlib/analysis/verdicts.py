@@ -9,6 +9,11 @@ value that clears the bar while its interval does not, a missing pick (no config
 a missing comparator, and a run that records no interval (a mean and std over seeds) all *do not hold
 here*, each with its reason. A claim holds when every part holds, holds in part when some do (the
 verdict names them), and does not hold here when none does.
+
+One code state: a claim is judged only on a run made at the code state of the last release
+(figures/release_times.csv, make release's record). A claim whose run names another is not judged;
+it reads *not run at this release*, quotes no other code state, and says what would run it
+(at_release).
 """
 
 from __future__ import annotations
@@ -272,7 +277,7 @@ def _rerun(root: Path, c: Claim, code: str) -> str:
     models, figures, names = u
     train = [read_json(root, f"data/checkpoints/cards/{n}.json")["train"] for n in names]
     minutes = sum(t["wall_s"] for t in train) / 60
-    return (f"{head}: its models are not shipped (the tracked tree's budget); `make {models}` trains "
-            f"{' and '.join(names)} ({minutes:.0f} min in all on {train[0]['machine']['threads']} CPU "
-            f"threads, by their cards in data/checkpoints/cards/), then `make {figures}` runs it; "
-            f"{c.source} holds an earlier run's numbers")
+    return (f"{head}: the models it reads, {' and '.join(names)}, are not shipped (the tracked tree's "
+            f"budget); `make {models}` trains them ({minutes:.0f} min in all on "
+            f"{train[0]['machine']['threads']} CPU threads, by their cards in data/checkpoints/cards/), "
+            f"then `make {figures}` runs it; {c.source} holds an earlier run's numbers")
